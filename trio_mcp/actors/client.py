@@ -1,0 +1,243 @@
+"""A Trio MCP client, with the task API of 2025-11-25.
+
+>>> async with connect_stdio([sys.executable, "examples/demo_server.py"]) as client:
+...     created = await client.call_tool_as_task("sleep", {"seconds": 2})
+...     task = await client.poll_task(created.task.task_id)
+...     result = await client.task_result(task.task_id)
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..protocol import jsonrpc
+from ..protocol.converter import structure, unstructure
+from ..protocol.errors import METHOD_NOT_FOUND, McpError
+from ..protocol.messages import (
+    CallToolResult,
+    CreateTaskResult,
+    Implementation,
+    InitializeResult,
+    ListTasksResult,
+    ListToolsResult,
+    ProgressParams,
+    Task,
+    TaskMetadata,
+    Tool,
+)
+from ..protocol.versions import LATEST_VERSION
+from ..transports.base import Transport
+from .endpoint import Endpoint
+
+if TYPE_CHECKING:
+    from .server import Server
+
+ProgressCallback = Callable[[ProgressParams], None]
+StatusCallback = Callable[[Task], None]
+
+CLIENT_INFO = Implementation(name="trio-mcp-client", version="0.1.0")
+
+
+class Client(Endpoint):
+    """One connection to an MCP server. Use :func:`connect`, :func:`connect_stdio` or
+    :func:`connect_in_memory`, which run it and perform the handshake."""
+
+    def __init__(self, transport: Transport) -> None:
+        super().__init__(transport)
+        self.server: InitializeResult | None = None
+        self._progress: dict[int | str, ProgressCallback] = {}
+        self._tokens = itertools.count(1)
+        self.status_callbacks: list[StatusCallback] = []
+
+    # -- incoming -------------------------------------------------------------------------
+    async def on_request(self, request: jsonrpc.Request) -> None:
+        if request.method == "ping":
+            await self.respond(request.id, {})
+        else:
+            await self.respond_error(
+                request.id, McpError(METHOD_NOT_FOUND, f"Method not found: {request.method}")
+            )
+
+    async def on_notification(self, notification: jsonrpc.Notification) -> None:
+        try:
+            if notification.method == "notifications/progress":
+                params = structure(notification.params, ProgressParams)
+                callback = self._progress.get(params.progress_token)
+                if callback is not None:
+                    callback(params)
+            elif notification.method == "notifications/tasks/status":
+                task = structure(notification.params, Task)
+                for on_status in self.status_callbacks:
+                    on_status(task)
+        except McpError:
+            pass  # a malformed notification from the server is not worth dying for
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def initialize(
+        self,
+        client_info: Implementation = CLIENT_INFO,
+        capabilities: dict[str, Any] | None = None,
+        protocol_version: str = LATEST_VERSION,
+    ) -> InitializeResult:
+        result = await self.request(
+            "initialize",
+            {
+                "protocolVersion": protocol_version,
+                "capabilities": capabilities or {},
+                "clientInfo": unstructure(client_info),
+            },
+        )
+        self.server = structure(result, InitializeResult)
+        await self.send(jsonrpc.encode_notification("notifications/initialized"))
+        return self.server
+
+    async def ping(self) -> None:
+        await self.request("ping")
+
+    # -- tools ----------------------------------------------------------------------------
+    async def list_tools(self) -> list[Tool]:
+        """Every tool, following ``nextCursor`` across pages."""
+        tools: list[Tool] = []
+        cursor: str | None = None
+        while True:
+            page = structure(
+                await self.request("tools/list", {"cursor": cursor} if cursor else {}), ListToolsResult
+            )
+            tools.extend(page.tools)
+            if page.next_cursor is None:
+                return tools
+            cursor = page.next_cursor
+
+    def _meta_for(self, on_progress: ProgressCallback | None) -> tuple[dict[str, Any] | None, int | None]:
+        if on_progress is None:
+            return None, None
+        token = next(self._tokens)
+        self._progress[token] = on_progress
+        return {"progressToken": token}, token
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        on_progress: ProgressCallback | None = None,
+    ) -> CallToolResult:
+        """An ordinary call: waits for the result. Protocol errors raise McpError; a tool's own
+        failure comes back as a result with ``is_error``."""
+        meta, token = self._meta_for(on_progress)
+        params: dict[str, Any] = {"name": name, "arguments": arguments or {}}
+        if meta:
+            params["_meta"] = meta
+        try:
+            return structure(await self.request("tools/call", params), CallToolResult)
+        finally:
+            if token is not None:
+                self._progress.pop(token, None)
+
+    async def call_tool_as_task(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        ttl_ms: int | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> CreateTaskResult:
+        """Create a task; returns at once. ``on_progress`` stays subscribed for the task's life."""
+        meta, _ = self._meta_for(on_progress)
+        params: dict[str, Any] = {
+            "name": name,
+            "arguments": arguments or {},
+            "task": unstructure(TaskMetadata(ttl=ttl_ms)),
+        }
+        if meta:
+            params["_meta"] = meta
+        return structure(await self.request("tools/call", params), CreateTaskResult)
+
+    # -- tasks ----------------------------------------------------------------------------
+    async def get_task(self, task_id: str) -> Task:
+        return structure(await self.request("tasks/get", {"taskId": task_id}), Task)
+
+    async def task_result(self, task_id: str) -> CallToolResult:
+        """Wait for the task to end and return what the call would have returned
+        (or raise the McpError it would have raised)."""
+        return structure(await self.request("tasks/result", {"taskId": task_id}), CallToolResult)
+
+    async def list_tasks(self, cursor: str | None = None) -> ListTasksResult:
+        return structure(
+            await self.request("tasks/list", {"cursor": cursor} if cursor else {}), ListTasksResult
+        )
+
+    async def all_tasks(self) -> AsyncIterator[Task]:
+        """Every task the server lists for us, across pages."""
+        cursor: str | None = None
+        while True:
+            page = await self.list_tasks(cursor)
+            for task in page.tasks:
+                yield task
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def cancel_task(self, task_id: str) -> Task:
+        return structure(await self.request("tasks/cancel", {"taskId": task_id}), Task)
+
+    async def poll_task(
+        self, task_id: str, *, on_status: StatusCallback | None = None, default_interval_ms: int = 1000
+    ) -> Task:
+        """Poll ``tasks/get`` until the task is terminal (or ``input_required``), sleeping the
+        server's ``pollInterval`` between polls. Returns the last Task seen."""
+        while True:
+            task = await self.get_task(task_id)
+            if on_status is not None:
+                on_status(task)
+            if task.status.is_terminal or task.status == "input_required":
+                return task
+            interval = task.poll_interval if task.poll_interval is not None else default_interval_ms
+            await trio.sleep(interval / 1000)
+
+
+@asynccontextmanager
+async def connect(transport: Transport, *, initialize: bool = True) -> AsyncIterator[Client]:
+    """Run a client on ``transport`` (and, by default, perform the handshake)."""
+    client = Client(transport)
+    async with trio.open_nursery() as nursery:
+
+        async def reader() -> None:
+            await client.run_connection(nursery)
+
+        nursery.start_soon(reader)
+        try:
+            if initialize:
+                await client.initialize()
+            yield client
+        finally:
+            nursery.cancel_scope.cancel()
+            with trio.CancelScope(shield=True):
+                await transport.aclose()
+
+
+@asynccontextmanager
+async def connect_stdio(command: Sequence[str], **kwargs: Any) -> AsyncIterator[Client]:
+    """Spawn ``command`` as an MCP server over stdio and connect to it."""
+    from ..transports.stdio import open_subprocess_transport
+
+    async with open_subprocess_transport(command, **kwargs) as transport, connect(transport) as client:
+        yield client
+
+
+@asynccontextmanager
+async def connect_in_memory(server: Server) -> AsyncIterator[Client]:
+    """Serve ``server`` in this process and connect a client to it in memory."""
+    from ..transports.memory import memory_transport_pair
+
+    client_side, server_side = memory_transport_pair()
+    async with server.open() as runtime, trio.open_nursery() as nursery:
+        nursery.start_soon(runtime.serve, server_side)
+        async with connect(client_side) as client:
+            yield client
+        nursery.cancel_scope.cancel()

@@ -1,0 +1,84 @@
+"""Context: what a running tool may do besides returning — progress, status, logging."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..protocol.messages import RELATED_TASK_KEY, LoggingLevel
+
+if TYPE_CHECKING:
+    from .session import SessionActor
+    from .task_actor import TaskActor
+
+LEVELS: tuple[str, ...] = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+class Context:
+    """Passed to a tool that declares a parameter annotated ``Context``.
+
+    >>> @server.tool(task_support="optional")
+    ... async def sleep(seconds: float, ctx: Context) -> str:
+    ...     await ctx.report_progress(0, seconds)
+    ...     ...
+    """
+
+    def __init__(
+        self,
+        session: SessionActor,
+        *,
+        progress_token: int | str | None = None,
+        task: TaskActor | None = None,
+    ) -> None:
+        self._session = session
+        self._token = progress_token
+        self._task = task
+        self._last_progress: float | None = None
+
+    @property
+    def task_id(self) -> str | None:
+        """The MCP task this call runs as, or None for an ordinary call."""
+        return self._task.task_id if self._task is not None else None
+
+    def _related(self) -> dict[str, Any] | None:
+        return {RELATED_TASK_KEY: {"taskId": self._task.task_id}} if self._task is not None else None
+
+    async def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> bool:
+        """Send ``notifications/progress`` for this request's progressToken.
+
+        Returns False (and sends nothing) when the requestor gave no token, when ``progress``
+        does not increase (the spec requires strictly increasing values), or once the task is
+        terminal. Never blocks on a slow client: progress is best-effort. It is a Trio
+        checkpoint, so a cancelled task stops here.
+        """
+        await trio.lowlevel.checkpoint()
+        if self._token is None or (self._task is not None and self._task.status.is_terminal):
+            return False
+        if self._last_progress is not None and progress <= self._last_progress:
+            return False
+        self._last_progress = progress
+        params: dict[str, Any] = {"progressToken": self._token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        related = self._related()
+        if related is not None:
+            params["_meta"] = related
+        return self._session.notify("notifications/progress", params)
+
+    def set_status(self, message: str | None) -> None:
+        """Set the task's ``statusMessage`` (a no-op for an ordinary call)."""
+        if self._task is not None:
+            self._task.set_status_message(message)
+
+    def log(self, level: LoggingLevel, data: Any, logger: str | None = None) -> bool:
+        """Send ``notifications/message`` if ``level`` passes the client's ``logging/setLevel``."""
+        return self._session.log(level, data, logger)
+
+
+def level_passes(level: str, threshold: str) -> bool:
+    return LEVELS.index(level) >= LEVELS.index(threshold)

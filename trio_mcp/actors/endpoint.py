@@ -1,0 +1,147 @@
+"""Endpoint: one side of a JSON-RPC connection, shared by server sessions and the client.
+
+It owns the transport: a reader loop turns frames into messages, a writer task drains a
+bounded outbound queue. Responses and requests wait for room in that queue (backpressure on
+a slow peer); notifications are best-effort and dropped when it is full (``dropped`` counts
+them), which the spec allows: peers must not rely on notifications.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any
+
+import trio
+
+from ..protocol import jsonrpc
+from ..protocol.errors import INTERNAL_ERROR, INVALID_REQUEST, McpError
+from ..transports.base import MessageTooLarge, Transport
+from .runtime import Reply
+
+log = logging.getLogger("trio_mcp")
+
+DEFAULT_OUTBOUND_SIZE = 1024
+
+
+class ConnectionClosed(Exception):
+    """The connection ended before an answer arrived."""
+
+
+class Endpoint:
+    """Base of :class:`SessionActor` and :class:`Client`. Subclasses handle incoming messages."""
+
+    def __init__(self, transport: Transport, *, outbound_size: int = DEFAULT_OUTBOUND_SIZE) -> None:
+        self.transport = transport
+        self._out_send, self._out_recv = trio.open_memory_channel[bytes](outbound_size)
+        self._pending: dict[jsonrpc.RequestId, Reply[dict[str, Any]]] = {}
+        self._ids = itertools.count(1)
+        self.dropped = 0
+        self.closed = False
+
+    # -- outgoing -------------------------------------------------------------------------
+    async def send(self, data: bytes) -> None:
+        """Queue one encoded message, waiting for room."""
+        try:
+            await self._out_send.send(data)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise ConnectionClosed from None
+
+    def notify(self, method: str, params: dict[str, Any] | None = None) -> bool:
+        """Send a notification if the outbound queue has room; False if it was dropped."""
+        try:
+            self._out_send.send_nowait(jsonrpc.encode_notification(method, params))
+            return True
+        except trio.WouldBlock:
+            self.dropped += 1
+            return False
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            return False
+
+    async def respond(self, id: jsonrpc.RequestId, result: dict[str, Any]) -> None:
+        await self.send(jsonrpc.encode_response(id, result))
+
+    async def respond_error(self, id: jsonrpc.RequestId | None, error: McpError) -> None:
+        await self.send(jsonrpc.encode_error(id, error.code, error.message, error.data))
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send a request and wait for its result; an error response raises McpError."""
+        if self.closed:
+            raise ConnectionClosed
+        request_id = next(self._ids)
+        reply: Reply[dict[str, Any]] = Reply()
+        self._pending[request_id] = reply
+        try:
+            await self.send(jsonrpc.encode_request(request_id, method, params))
+            return await reply.wait()
+        finally:
+            self._pending.pop(request_id, None)
+
+    # -- the two loops --------------------------------------------------------------------
+    async def _write_loop(self) -> None:
+        async with self._out_recv:
+            async for data in self._out_recv:
+                try:
+                    await self.transport.send(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return
+
+    async def _read_loop(self) -> None:
+        while True:
+            try:
+                data = await self.transport.receive()
+            except (trio.EndOfChannel, trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            except MessageTooLarge as exc:
+                await self.respond_error(None, McpError(INVALID_REQUEST, f"Invalid request: {exc}"))
+                continue
+            try:
+                message = jsonrpc.parse(data)
+            except jsonrpc.InvalidMessage as exc:
+                error = exc.response.error
+                await self.send(jsonrpc.encode_error(exc.response.id, error.code, error.message))
+                continue
+            if isinstance(message, jsonrpc.Request):
+                await self.on_request(message)
+            elif isinstance(message, jsonrpc.Notification):
+                await self.on_notification(message)
+            else:
+                self._on_response(message)
+
+    def _on_response(self, message: jsonrpc.Response | jsonrpc.ErrorResponse) -> None:
+        reply = self._pending.pop(message.id, None) if message.id is not None else None
+        if reply is None:
+            log.debug("response to unknown request id %r ignored", message.id)
+            return
+        if isinstance(message, jsonrpc.Response):
+            reply.send(message.result)
+        else:
+            e = message.error
+            reply.fail(McpError(e.code, e.message, e.data))
+
+    def _fail_pending(self) -> None:
+        pending, self._pending = self._pending, {}
+        for reply in pending.values():
+            reply.fail(ConnectionClosed("connection closed"))
+
+    async def on_request(self, request: jsonrpc.Request) -> None:
+        await self.respond_error(request.id, McpError(-32601, f"Method not found: {request.method}"))
+
+    async def on_notification(self, notification: jsonrpc.Notification) -> None:
+        return None
+
+    async def run_connection(self, nursery: trio.Nursery) -> None:
+        """Read until the peer hangs up; the writer runs in ``nursery`` and is stopped here."""
+        nursery.start_soon(self._write_loop)
+        try:
+            await self._read_loop()
+        except Exception as exc:  # a bug in a handler: close this connection, keep the process
+            log.error("connection failed: %r", exc, exc_info=exc)
+            raise
+        finally:
+            self.closed = True
+            self._fail_pending()
+            self._out_send.close()
+
+
+INTERNAL = McpError(INTERNAL_ERROR, "Internal error")

@@ -1,0 +1,181 @@
+"""A small actor runtime on Trio.
+
+An actor is a Trio task that owns its state and reads a bounded :class:`Mailbox`. Others talk
+to it only by message: :meth:`Actor.tell` (fire and forget, never blocks) and :func:`ask` (a
+message carrying a :class:`Reply` slot, awaited by the sender). Actors run inside a nursery
+owned by their supervisor; :func:`supervised` reports a crash to the supervisor's callback
+instead of letting it tear the nursery (and so the process) down.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+import outcome
+import trio
+
+M = TypeVar("M")
+T = TypeVar("T")
+
+log = logging.getLogger("trio_mcp.actors")
+
+DEFAULT_MAILBOX_SIZE = 1024
+
+
+class MailboxFull(Exception):
+    """The actor is too far behind: a bounded mailbox refuses rather than grows."""
+
+
+class MailboxClosed(Exception):
+    """The actor has stopped; nothing more will be read."""
+
+
+class Mailbox(Generic[M]):
+    """A bounded single-consumer queue. ``put`` never blocks; ``get`` waits for a message.
+
+    Lighter than a memory channel pair: one deque and at most one parked reader, which
+    matters when every live MCP task owns one.
+    """
+
+    __slots__ = ("_capacity", "_closed", "_queue", "_reader")
+
+    def __init__(self, capacity: int = DEFAULT_MAILBOX_SIZE) -> None:
+        self._queue: collections.deque[M] = collections.deque()
+        self._capacity = capacity
+        self._reader: trio.lowlevel.Task | None = None
+        self._closed = False
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def put(self, message: M, *, system: bool = False) -> None:
+        """Queue ``message``. ``system`` messages (exits, bookkeeping from the runtime itself)
+        bypass the bound: their number is bounded by the number of actors, not by peers."""
+        if self._closed:
+            raise MailboxClosed
+        if len(self._queue) >= self._capacity and not system:
+            raise MailboxFull
+        self._queue.append(message)
+        self._wake()
+
+    def close(self) -> list[M]:
+        """Stop accepting messages; return the unread ones so the caller can answer them."""
+        self._closed = True
+        left = list(self._queue)
+        self._queue.clear()
+        self._wake()
+        return left
+
+    def _wake(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            trio.lowlevel.reschedule(reader)
+
+    async def get(self) -> M:
+        """The next message; raises :class:`MailboxClosed` once closed and empty."""
+        if not self._queue:
+            if self._closed:
+                await trio.lowlevel.checkpoint()
+                raise MailboxClosed
+            self._reader = trio.lowlevel.current_task()
+
+            def abort(_: Any) -> trio.lowlevel.Abort:
+                self._reader = None
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
+            if not self._queue:
+                raise MailboxClosed
+        else:
+            await trio.lowlevel.checkpoint()
+        return self._queue.popleft()
+
+
+class Reply(Generic[T]):
+    """A one-shot answer slot. The first ``send``/``fail`` wins; later ones are ignored.
+
+    Senders may have given up waiting (cancelled); answering is then harmless.
+    """
+
+    __slots__ = ("_result", "_waiter")
+
+    def __init__(self) -> None:
+        self._result: outcome.Outcome[T] | None = None
+        self._waiter: trio.lowlevel.Task | None = None
+
+    @property
+    def answered(self) -> bool:
+        return self._result is not None
+
+    def send(self, value: T) -> None:
+        self._set(outcome.Value(value))
+
+    def fail(self, error: BaseException) -> None:
+        self._set(outcome.Error(error))
+
+    def _set(self, result: outcome.Outcome[T]) -> None:
+        if self._result is not None:
+            return
+        self._result = result
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            trio.lowlevel.reschedule(waiter)
+
+    async def wait(self) -> T:
+        if self._result is None:
+            self._waiter = trio.lowlevel.current_task()
+
+            def abort(_: Any) -> trio.lowlevel.Abort:
+                self._waiter = None
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
+        else:
+            await trio.lowlevel.checkpoint()
+        assert self._result is not None
+        return self._result.unwrap()
+
+
+class Actor(Generic[M]):
+    """Base class: a mailbox plus ``tell``. Subclasses implement :meth:`run`."""
+
+    def __init__(self, mailbox_size: int = DEFAULT_MAILBOX_SIZE) -> None:
+        self.mailbox: Mailbox[M] = Mailbox(mailbox_size)
+
+    def tell(self, message: M) -> None:
+        """Deliver ``message`` without waiting. Raises MailboxFull / MailboxClosed."""
+        self.mailbox.put(message)
+
+    async def run(self) -> None:
+        raise NotImplementedError
+
+
+async def ask(actor: Actor[M], make: Callable[[Reply[T]], M]) -> T:
+    """Send ``make(reply)`` to ``actor`` and wait for the answer.
+
+    >>> # version = await ask(supervisor, lambda r: GetTask(owner, task_id, r))
+    """
+    reply: Reply[T] = Reply()
+    actor.tell(make(reply))
+    return await reply.wait()
+
+
+async def supervised(
+    run: Callable[[], Awaitable[None]], on_crash: Callable[[BaseException], None], name: str = "actor"
+) -> None:
+    """Run an actor body; an ordinary exception goes to ``on_crash`` instead of the nursery.
+
+    Cancellation and KeyboardInterrupt still propagate: they are the runtime's own control flow.
+    """
+    try:
+        await run()
+    except Exception as exc:
+        log.error("%s crashed: %r", name, exc, exc_info=exc)
+        on_crash(exc)

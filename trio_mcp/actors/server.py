@@ -1,0 +1,248 @@
+"""The server API: declare tools on a :class:`Server`, then serve it over any transport.
+
+>>> server = Server("demo", version="1.0")
+>>> @server.tool(task_support="optional")
+... async def echo(text: str) -> str:
+...     '''Return the text unchanged.'''
+...     return text
+>>> # trio.run(server.serve_stdio)
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import sys
+import typing
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import attrs
+import trio
+
+from ..protocol.converter import unstructure
+from ..protocol.errors import McpError
+from ..protocol.messages import (
+    AudioContent,
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    Implementation,
+    ResourceLink,
+    TaskSupport,
+    TextContent,
+    Tool,
+    ToolExecution,
+)
+from ..protocol.schema import ArgumentError, ArgumentSpec, argument_spec
+from ..transports.base import Transport
+from .context import Context
+from .supervisor import TaskLimits, TaskSupervisor
+
+log = logging.getLogger("trio_mcp")
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+@attrs.frozen
+class RegisteredTool:
+    """A tool as registered: its wire description and how to call it."""
+
+    tool: Tool
+    fn: Callable[..., Awaitable[Any]]
+    spec: ArgumentSpec
+    context_param: str | None
+
+    @property
+    def name(self) -> str:
+        return self.tool.name
+
+    async def call(self, arguments: dict[str, Any] | None, ctx: Context) -> CallToolResult:
+        """Validate and run. Bad arguments and tool exceptions become ``isError`` results;
+        an :class:`McpError` raised by the tool stays a protocol error."""
+        try:
+            kwargs = self.spec.validate(arguments)
+        except ArgumentError as exc:
+            return error_result(f"Invalid arguments for tool '{self.name}': {exc}")
+        if self.context_param is not None:
+            kwargs[self.context_param] = ctx
+        try:
+            value = await self.fn(**kwargs)
+        except McpError:
+            raise
+        except Exception as exc:
+            log.info("tool %s raised %r", self.name, exc)
+            return error_result(str(exc) or type(exc).__name__)
+        return to_result(value)
+
+
+_CONTENT_CLASSES = (TextContent, ImageContent, AudioContent, ResourceLink, EmbeddedResource)
+
+
+def error_result(message: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(message)], is_error=True)
+
+
+def to_result(value: Any) -> CallToolResult:
+    """Turn a tool's return value into a CallToolResult.
+
+    ``str`` → one text block; a content block or a list of them → content; ``dict`` or attrs
+    instance → ``structuredContent`` plus its JSON as text; ``None`` → no content; anything
+    else JSON-serialisable → its JSON as text.
+    """
+    if isinstance(value, CallToolResult):
+        return value
+    if isinstance(value, str):
+        return CallToolResult(content=[TextContent(value)])
+    if value is None:
+        return CallToolResult()
+    if isinstance(value, _CONTENT_CLASSES):
+        return CallToolResult(content=[value])
+    if isinstance(value, list) and value and all(isinstance(v, _CONTENT_CLASSES) for v in value):
+        return CallToolResult(content=list(value))
+    if attrs.has(type(value)):
+        value = unstructure(value)
+    if isinstance(value, dict):
+        return CallToolResult(content=[TextContent(json.dumps(value))], structured_content=value)
+    return CallToolResult(content=[TextContent(json.dumps(value))])
+
+
+def _context_param(fn: Callable[..., Any]) -> str | None:
+    hints = typing.get_type_hints(fn)
+    for name in inspect.signature(fn).parameters:
+        if hints.get(name) is Context:
+            return name
+    return None
+
+
+class Server:
+    """An MCP server: a name, tools, and the task policy.
+
+    Tools default to ``task_support="optional"``: any client may run them as tasks.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        version: str = "0.0.0",
+        *,
+        title: str | None = None,
+        instructions: str | None = None,
+        limits: TaskLimits | None = None,
+        tools_page_size: int = 100,
+    ) -> None:
+        self.info = Implementation(name=name, version=version, title=title)
+        self.instructions = instructions
+        self.limits = limits or TaskLimits()
+        self.tools_page_size = tools_page_size
+        self.tools: dict[str, RegisteredTool] = {}
+
+    def tool(
+        self,
+        name: str | None = None,
+        *,
+        title: str | None = None,
+        description: str | None = None,
+        task_support: TaskSupport = "optional",
+        annotations: dict[str, Any] | None = None,
+    ) -> Callable[[F], F]:
+        """Register an async function as a tool. Its ``inputSchema`` comes from its type hints;
+        a parameter annotated :class:`Context` receives the call's context."""
+
+        def register(fn: F) -> F:
+            self.add_tool(
+                fn,
+                name=name,
+                title=title,
+                description=description,
+                task_support=task_support,
+                annotations=annotations,
+            )
+            return fn
+
+        return register
+
+    def add_tool(
+        self,
+        fn: Callable[..., Awaitable[Any]],
+        *,
+        name: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        task_support: TaskSupport = "optional",
+        annotations: dict[str, Any] | None = None,
+    ) -> RegisteredTool:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"tool {fn.__qualname__} must be an async function")
+        tool_name = name or fn.__name__
+        if tool_name in self.tools:
+            raise ValueError(f"a tool named {tool_name!r} is already registered")
+        context_param = _context_param(fn)
+        spec = argument_spec(fn, skip=(context_param,) if context_param else ())
+        doc = inspect.getdoc(fn)
+        tool = Tool(
+            name=tool_name,
+            input_schema=spec.schema,
+            title=title,
+            description=description if description is not None else doc,
+            annotations=annotations,
+            execution=ToolExecution(task_support=task_support),
+        )
+        registered = RegisteredTool(tool, fn, spec, context_param)
+        self.tools[tool_name] = registered
+        return registered
+
+    # -- serving --------------------------------------------------------------------------
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[ServerRuntime]:
+        """Start the task supervisor; serve any number of connections inside the block.
+
+        >>> # async with server.open() as runtime:
+        >>> #     nursery.start_soon(runtime.serve, transport)
+        """
+        async with trio.open_nursery() as nursery:
+            supervisor = TaskSupervisor(self.limits)
+            await nursery.start(supervisor.run)
+            try:
+                yield ServerRuntime(self, supervisor)
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def serve(self, transport: Transport) -> None:
+        """Serve one connection until the peer hangs up; its tasks are cancelled then."""
+        async with self.open() as runtime:
+            await runtime.serve(transport)
+
+    async def serve_stdio(self) -> None:
+        """Serve over this process's stdin/stdout until stdin closes."""
+        from ..transports.stdio import open_stdio_transport
+
+        async with open_stdio_transport() as transport:
+            await self.serve(transport)
+
+    def run(self) -> None:
+        """Blocking entry point: serve over stdio, logging to stderr."""
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+        trio.run(self.serve_stdio)
+
+
+@attrs.define(eq=False)
+class ServerRuntime:
+    """A running server: its supervisor, shared by every connection served through it."""
+
+    server: Server
+    supervisor: TaskSupervisor
+
+    async def serve(self, transport: Transport, *, owner: object | None = None) -> None:
+        """Run a session actor on ``transport`` until the peer hangs up.
+
+        Tasks belong to ``owner`` (default: this connection). Connection-owned tasks are
+        cancelled and removed when the connection closes; tasks of an explicit owner (an
+        authenticated identity) outlive it.
+        """
+        from .session import SessionActor
+
+        session = SessionActor(self.server, self.supervisor, transport, owner=owner)
+        await session.run()

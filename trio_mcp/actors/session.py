@@ -1,0 +1,326 @@
+"""SessionActor: one per connection. It speaks MCP 2025-11-25 (and the older handshake-era
+versions) to one client, and turns task requests into messages to the TaskSupervisor.
+
+Quick requests (ping, lists, task get/cancel/create) are answered in order by the reader;
+requests that wait on work (a plain ``tools/call``, ``tasks/result``) run in their own Trio task
+so any number can be open at once, and ``notifications/cancelled`` stops them. Nothing a client
+sends reaches past this actor as an exception: every failure becomes a JSON-RPC error.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from ..protocol import jsonrpc
+from ..protocol.converter import structure, unstructure
+from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, McpError
+from ..protocol.messages import (
+    RELATED_TASK_KEY,
+    CallToolParams,
+    CancelledParams,
+    CreateTaskResult,
+    InitializeParams,
+    InitializeResult,
+    PaginatedParams,
+    SetLevelParams,
+    Task,
+    TaskIdParams,
+)
+from ..protocol.versions import has_tasks, negotiate
+from ..transports.base import Transport
+from .context import Context, level_passes
+from .endpoint import ConnectionClosed, Endpoint
+from .runtime import MailboxFull, ask
+from .supervisor import CreateTask, ListTasks, OwnerGone, Route, TaskSupervisor
+from .task_actor import AwaitResult, Cancel, Poll, Start, TaskActor, TaskOutcome
+
+if TYPE_CHECKING:
+    from .server import RegisteredTool, Server
+
+log = logging.getLogger("trio_mcp")
+
+NO_RESPONSE: dict[str, Any] = {}
+"""Returned by a handler that already sent its response itself."""
+
+Handler = Callable[[jsonrpc.Request], Awaitable[dict[str, Any]]]
+
+SERVER_TASK_CAPABILITIES: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+
+
+@attrs.frozen
+class ConnectionOwner:
+    """The default owner of a session's tasks: the connection itself."""
+
+    number: int
+
+
+_connections = iter(range(1, 2**63))
+
+
+class SessionActor(Endpoint):
+    def __init__(
+        self, server: Server, supervisor: TaskSupervisor, transport: Transport, *, owner: object | None = None
+    ) -> None:
+        super().__init__(transport)
+        self.server = server
+        self.supervisor = supervisor
+        self.connection_owned = owner is None
+        self.owner: object = owner if owner is not None else ConnectionOwner(next(_connections))
+        self.protocol_version: str | None = None
+        self.client_capabilities: dict[str, Any] = {}
+        self.client_info: Any = None
+        self.log_level: str | None = None
+        self._in_flight: dict[jsonrpc.RequestId, trio.CancelScope] = {}
+        self._nursery: trio.Nursery | None = None
+        self._quick: dict[str, Handler] = {
+            "ping": self._ping,
+            "initialize": self._initialize,
+            "tools/list": self._tools_list,
+            "tasks/get": self._tasks_get,
+            "tasks/cancel": self._tasks_cancel,
+            "tasks/list": self._tasks_list,
+            "logging/setLevel": self._set_level,
+        }
+        self._waiting: dict[str, Handler] = {
+            "tools/call": self._tools_call,
+            "tasks/result": self._tasks_result,
+        }
+
+    @property
+    def tasks_enabled(self) -> bool:
+        return self.protocol_version is not None and has_tasks(self.protocol_version)
+
+    async def run(self) -> None:
+        """Serve until the client hangs up, then cancel what it left running."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await self.run_connection(nursery)
+                nursery.cancel_scope.cancel()  # requests still running have no one to answer
+        finally:
+            if self.connection_owned:
+                try:
+                    self.supervisor.mailbox.put(OwnerGone(self.owner), system=True)
+                except Exception:  # the supervisor is already gone: so are the tasks
+                    pass
+            with trio.CancelScope(shield=True):
+                await self.transport.aclose()
+
+    # -- dispatch -------------------------------------------------------------------------
+    async def on_request(self, request: jsonrpc.Request) -> None:
+        method = request.method
+        if self.protocol_version is None and method not in ("initialize", "ping"):
+            await self.respond_error(
+                request.id, McpError(INVALID_REQUEST, "Invalid request: send 'initialize' first")
+            )
+            return
+        quick = self._quick.get(method)
+        if quick is not None:
+            await self._answer(request, quick)
+            return
+        waiting = self._waiting.get(method)
+        if waiting is None or (method.startswith("tasks/") and not self.tasks_enabled):
+            await self.respond_error(request.id, McpError(METHOD_NOT_FOUND, f"Method not found: {method}"))
+            return
+        if request.id in self._in_flight:
+            await self.respond_error(
+                request.id, McpError(INVALID_REQUEST, f"Invalid request: id {request.id!r} is already in use")
+            )
+            return
+        assert self._nursery is not None
+        scope = trio.CancelScope()
+        self._in_flight[request.id] = scope
+        self._nursery.start_soon(self._answer_in_scope, request, waiting, scope)
+
+    async def _answer_in_scope(
+        self, request: jsonrpc.Request, handler: Handler, scope: trio.CancelScope
+    ) -> None:
+        try:
+            with scope:
+                await self._answer(request, handler)
+        finally:
+            self._in_flight.pop(request.id, None)
+
+    async def _answer(self, request: jsonrpc.Request, handler: Handler) -> None:
+        try:
+            result = await handler(request)
+        except McpError as exc:
+            await self.respond_error(request.id, exc)
+        except MailboxFull:
+            await self.respond_error(request.id, McpError(INTERNAL_ERROR, "Server overloaded; retry later"))
+        except ConnectionClosed:
+            raise
+        except Exception as exc:
+            log.error("handler for %s failed: %r", request.method, exc, exc_info=exc)
+            await self.respond_error(request.id, McpError(INTERNAL_ERROR, f"Internal error: {exc}"))
+        else:
+            if result is not NO_RESPONSE:
+                await self.respond(request.id, result)
+
+    async def on_notification(self, notification: jsonrpc.Notification) -> None:
+        if notification.method == "notifications/cancelled":
+            try:
+                params = structure(notification.params, CancelledParams)
+            except McpError:
+                return
+            scope = self._in_flight.get(params.request_id) if params.request_id is not None else None
+            if scope is not None:
+                scope.cancel()  # the request ends without a response, as the spec asks
+        # notifications/initialized and unknown notifications need no action.
+
+    # -- lifecycle and base methods -------------------------------------------------------
+    async def _ping(self, request: jsonrpc.Request) -> dict[str, Any]:
+        return {}
+
+    async def _initialize(self, request: jsonrpc.Request) -> dict[str, Any]:
+        if self.protocol_version is not None:
+            raise McpError(INVALID_REQUEST, "Invalid request: already initialized")
+        params = structure(request.params, InitializeParams)
+        self.protocol_version = negotiate(params.protocol_version)
+        self.client_capabilities = params.capabilities
+        self.client_info = params.client_info
+        capabilities: dict[str, Any] = {"tools": {"listChanged": False}, "logging": {}}
+        if self.tasks_enabled:
+            capabilities["tasks"] = SERVER_TASK_CAPABILITIES
+        result = InitializeResult(
+            protocol_version=self.protocol_version,
+            capabilities=capabilities,
+            server_info=self.server.info,
+            instructions=self.server.instructions,
+        )
+        data: dict[str, Any] = unstructure(result)
+        return data
+
+    async def _set_level(self, request: jsonrpc.Request) -> dict[str, Any]:
+        self.log_level = structure(request.params, SetLevelParams).level
+        return {}
+
+    def log(self, level: str, data: Any, logger: str | None = None) -> bool:
+        if self.log_level is None or not level_passes(level, self.log_level):
+            return False
+        params: dict[str, Any] = {"level": level, "data": data}
+        if logger is not None:
+            params["logger"] = logger
+        return self.notify("notifications/message", params)
+
+    async def _tools_list(self, request: jsonrpc.Request) -> dict[str, Any]:
+        params = structure(request.params, PaginatedParams)
+        tools = list(self.server.tools.values())
+        start = _decode_index(params.cursor) if params.cursor is not None else 0
+        end = start + self.server.tools_page_size
+        result: dict[str, Any] = {"tools": [unstructure(t.tool) for t in tools[start:end]]}
+        if end < len(tools):
+            result["nextCursor"] = _encode_index(end)
+        return result
+
+    # -- tools/call -----------------------------------------------------------------------
+    def _tool_for(self, params: CallToolParams) -> RegisteredTool:
+        tool = self.server.tools.get(params.name)
+        if tool is None:
+            raise McpError(INVALID_PARAMS, f"Unknown tool: '{params.name}'")
+        as_task = params.task is not None and self.tasks_enabled
+        support = tool.tool.task_support
+        if as_task and support == "forbidden":
+            raise McpError(METHOD_NOT_FOUND, f"Tool '{params.name}' does not support task-augmented calls")
+        if not as_task and support == "required" and self.tasks_enabled:
+            raise McpError(METHOD_NOT_FOUND, f"Tool '{params.name}' must be called as a task")
+        return tool
+
+    async def _tools_call(self, request: jsonrpc.Request) -> dict[str, Any]:
+        params = structure(request.params, CallToolParams)
+        tool = self._tool_for(params)
+        token = (params.meta or {}).get("progressToken")
+        if params.task is not None and self.tasks_enabled:
+            return await self._create_task(request, params, tool, token)
+        result = await tool.call(params.arguments, Context(self, progress_token=token))
+        data: dict[str, Any] = unstructure(result)
+        return data
+
+    async def _create_task(
+        self, request: jsonrpc.Request, params: CallToolParams, tool: RegisteredTool, token: Any
+    ) -> dict[str, Any]:
+        assert params.task is not None
+        ttl = params.task.ttl
+
+        async def work(actor: TaskActor) -> TaskOutcome:
+            result = await tool.call(params.arguments, Context(self, progress_token=token, task=actor))
+            return TaskOutcome(
+                result=unstructure(result),
+                failed=result.is_error,
+                message=result.text if result.is_error else None,
+            )
+
+        actor: TaskActor = await ask(
+            self.supervisor, lambda reply: CreateTask(self.owner, work, ttl, self._task_changed, reply)
+        )
+        # Answer first, then start: no status notification can overtake the CreateTaskResult.
+        await self.respond(request.id, unstructure(CreateTaskResult(task=actor.task)))
+        actor.tell(Start())
+        return NO_RESPONSE
+
+    def _task_changed(self, task: Task) -> None:
+        if not self.closed:
+            self.notify("notifications/tasks/status", unstructure(task))
+
+    # -- tasks/* --------------------------------------------------------------------------
+    async def _tasks_get(self, request: jsonrpc.Request) -> dict[str, Any]:
+        self._require_tasks(request)
+        task_id = structure(request.params, TaskIdParams).task_id
+        task: Task = await ask(self.supervisor, lambda reply: Route(self.owner, task_id, Poll(reply)))
+        data: dict[str, Any] = unstructure(task)
+        return data
+
+    async def _tasks_cancel(self, request: jsonrpc.Request) -> dict[str, Any]:
+        self._require_tasks(request)
+        task_id = structure(request.params, TaskIdParams).task_id
+        task: Task = await ask(self.supervisor, lambda reply: Route(self.owner, task_id, Cancel(reply)))
+        data: dict[str, Any] = unstructure(task)
+        return data
+
+    async def _tasks_list(self, request: jsonrpc.Request) -> dict[str, Any]:
+        self._require_tasks(request)
+        cursor = structure(request.params, PaginatedParams).cursor
+        page: tuple[list[Task], str | None] = await ask(
+            self.supervisor, lambda reply: ListTasks(self.owner, cursor, reply)
+        )
+        tasks, next_cursor = page
+        result: dict[str, Any] = {"tasks": [unstructure(t) for t in tasks]}
+        if next_cursor is not None:
+            result["nextCursor"] = next_cursor
+        return result
+
+    async def _tasks_result(self, request: jsonrpc.Request) -> dict[str, Any]:
+        task_id = structure(request.params, TaskIdParams).task_id
+        outcome: TaskOutcome = await ask(
+            self.supervisor, lambda reply: Route(self.owner, task_id, AwaitResult(reply))
+        )
+        assert outcome.result is not None
+        result = dict(outcome.result)
+        result["_meta"] = {**result.get("_meta", {}), RELATED_TASK_KEY: {"taskId": task_id}}
+        return result
+
+    def _require_tasks(self, request: jsonrpc.Request) -> None:
+        if not self.tasks_enabled:
+            raise McpError(METHOD_NOT_FOUND, f"Method not found: {request.method}")
+
+
+def _encode_index(index: int) -> str:
+    return base64.urlsafe_b64encode(f"tools:{index}".encode()).decode().rstrip("=")
+
+
+def _decode_index(cursor: str) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        prefix, _, number = raw.partition(":")
+        if prefix == "tools" and number.isdigit():
+            return int(number)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        pass
+    raise McpError(INVALID_PARAMS, "Invalid params at 'cursor': unknown cursor")

@@ -1,0 +1,166 @@
+"""Sans-IO JSON-RPC 2.0: bytes in, message objects out, and back.
+
+:func:`parse` never raises anything but :class:`InvalidMessage`, whose ``response`` is the
+exact error object to send back (``id`` null where the request's id could not be read).
+Batches are refused: MCP after 2025-03-26 forbids them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+
+from .errors import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
+
+RequestId = int | str
+
+
+@attrs.frozen(slots=True)
+class Request:
+    id: RequestId
+    method: str
+    params: dict[str, Any] | None = None
+
+
+@attrs.frozen(slots=True)
+class Notification:
+    method: str
+    params: dict[str, Any] | None = None
+
+
+@attrs.frozen(slots=True)
+class Response:
+    id: RequestId
+    result: dict[str, Any]
+
+
+@attrs.frozen(slots=True)
+class ErrorObject:
+    code: int
+    message: str
+    data: Any = None
+
+
+@attrs.frozen(slots=True)
+class ErrorResponse:
+    id: RequestId | None
+    error: ErrorObject
+
+
+Message = Request | Notification | Response | ErrorResponse
+
+
+class InvalidMessage(Exception):
+    """Input that is not a valid JSON-RPC message; ``response`` is the answer to send."""
+
+    def __init__(self, response: ErrorResponse) -> None:
+        super().__init__(response.error.message)
+        self.response = response
+
+
+def _invalid(code: int, message: str, id: RequestId | None = None) -> InvalidMessage:
+    return InvalidMessage(ErrorResponse(id, ErrorObject(code, message)))
+
+
+def _valid_id(value: Any) -> bool:
+    # bool is an int subclass but never a valid id; null is never a valid request id.
+    return (type(value) is int) or isinstance(value, str)
+
+
+def parse(data: bytes | str) -> Message:
+    """Decode one JSON-RPC message.
+
+    >>> parse(b'{"jsonrpc":"2.0","id":1,"method":"ping"}')
+    Request(id=1, method='ping', params=None)
+    """
+    try:
+        obj = json.loads(data)
+    except (ValueError, RecursionError):
+        raise _invalid(PARSE_ERROR, "Parse error: not valid JSON") from None
+    if isinstance(obj, list):
+        raise _invalid(INVALID_REQUEST, "Invalid request: batches are not supported")
+    if not isinstance(obj, dict):
+        raise _invalid(INVALID_REQUEST, "Invalid request: a message must be a JSON object")
+    return parse_object(obj)
+
+
+def parse_object(obj: dict[str, Any]) -> Message:
+    """Classify an already-decoded JSON object as a JSON-RPC message."""
+    has_id = "id" in obj
+    raw_id = obj.get("id")
+    id_ = raw_id if has_id and _valid_id(raw_id) else None
+    if obj.get("jsonrpc") != "2.0":
+        raise _invalid(INVALID_REQUEST, 'Invalid request: "jsonrpc" must be "2.0"', id_)
+    method = obj.get("method")
+    # Only an error response may carry a null id (its request's id was unreadable).
+    if has_id and id_ is None and (raw_id is not None or method is not None):
+        raise _invalid(INVALID_REQUEST, 'Invalid request: "id" must be a string or an integer')
+    if method is not None:
+        if not isinstance(method, str):
+            raise _invalid(INVALID_REQUEST, 'Invalid request: "method" must be a string', id_)
+        params = obj.get("params")
+        if params is not None and not isinstance(params, dict):
+            raise _invalid(INVALID_PARAMS, 'Invalid params: "params" must be an object', id_)
+        if id_ is None:
+            return Notification(method, params)
+        return Request(id_, method, params)
+    if "result" in obj and "error" not in obj:
+        result = obj["result"]
+        if id_ is None or not isinstance(result, dict):
+            raise _invalid(
+                INVALID_REQUEST, 'Invalid request: a response needs an "id" and an object "result"'
+            )
+        return Response(id_, result)
+    if "error" in obj and "result" not in obj:
+        error = obj["error"]
+        if (
+            not isinstance(error, dict)
+            or type(error.get("code")) is not int
+            or not isinstance(error.get("message"), str)
+        ):
+            raise _invalid(INVALID_REQUEST, 'Invalid request: "error" needs an integer code and a message')
+        return ErrorResponse(id_, ErrorObject(error["code"], error["message"], error.get("data")))
+    raise _invalid(INVALID_REQUEST, 'Invalid request: no "method", "result" or "error"', id_)
+
+
+def _dumps(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def encode_request(id: RequestId, method: str, params: dict[str, Any] | None = None) -> bytes:
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
+    if params is not None:
+        msg["params"] = params
+    return _dumps(msg)
+
+
+def encode_notification(method: str, params: dict[str, Any] | None = None) -> bytes:
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        msg["params"] = params
+    return _dumps(msg)
+
+
+def encode_response(id: RequestId, result: dict[str, Any]) -> bytes:
+    return _dumps({"jsonrpc": "2.0", "id": id, "result": result})
+
+
+def encode_error(id: RequestId | None, code: int, message: str, data: Any = None) -> bytes:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return _dumps({"jsonrpc": "2.0", "id": id, "error": error})
+
+
+def encode(message: Message) -> bytes:
+    """Encode any message object (the inverse of :func:`parse`)."""
+    if isinstance(message, Request):
+        return encode_request(message.id, message.method, message.params)
+    if isinstance(message, Notification):
+        return encode_notification(message.method, message.params)
+    if isinstance(message, Response):
+        return encode_response(message.id, message.result)
+    e = message.error
+    return encode_error(message.id, e.code, e.message, e.data)

@@ -1,0 +1,70 @@
+"""The task state machine, shared by every protocol era.
+
+Pure code: statuses, which transitions are legal, and which states are terminal. A task starts
+``working``; ``completed``, ``failed`` and ``cancelled`` are terminal and never change again.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+
+
+class TaskStatus(enum.StrEnum):
+    WORKING = "working"
+    INPUT_REQUIRED = "input_required"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL: frozenset[TaskStatus] = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED})
+
+_LIVE_TARGETS = {
+    TaskStatus.WORKING: frozenset(
+        {TaskStatus.INPUT_REQUIRED, TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED}
+    ),
+    TaskStatus.INPUT_REQUIRED: frozenset(
+        {TaskStatus.WORKING, TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED}
+    ),
+}
+
+
+class InvalidTransition(Exception):
+    """A status change the state machine forbids (e.g. anything out of a terminal state)."""
+
+    def __init__(self, old: TaskStatus, new: TaskStatus) -> None:
+        super().__init__(f"illegal task transition {old.value} -> {new.value}")
+        self.old = old
+        self.new = new
+
+
+def can_transition(old: TaskStatus, new: TaskStatus) -> bool:
+    """Whether ``old -> new`` is a legal transition.
+
+    >>> can_transition(TaskStatus.WORKING, TaskStatus.COMPLETED)
+    True
+    >>> can_transition(TaskStatus.CANCELLED, TaskStatus.COMPLETED)
+    False
+    """
+    return new in _LIVE_TARGETS.get(old, frozenset())
+
+
+def check_transition(old: TaskStatus, new: TaskStatus) -> None:
+    """Raise :class:`InvalidTransition` unless ``old -> new`` is legal."""
+    if not can_transition(old, new):
+        raise InvalidTransition(old, new)
+
+
+def format_timestamp(epoch_seconds: float) -> str:
+    """ISO 8601 in UTC with milliseconds, as tasks carry them.
+
+    >>> format_timestamp(0)
+    '1970-01-01T00:00:00.000Z'
+    """
+    moment = datetime.datetime.fromtimestamp(epoch_seconds, datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,427 @@
+"""MCP's stdio transport: newline-delimited JSON-RPC messages over a pair of byte streams.
+
+Framing is the one the MCP specification gives for stdio: every message is one line of UTF-8,
+terminated by ``\\n``, and a message never contains an embedded newline. Nothing but messages
+may appear on the stream, so a *server* using :func:`open_stdio_transport` must log to
+**stderr only** (a stray ``print()`` corrupts the protocol stream).
+
+:class:`StreamTransport` guarantees:
+
+* **Sending.** ``send(message)`` writes ``message + b"\\n"`` as one ``send_all`` call, under a
+  :class:`trio.Lock`, so frames from concurrent senders never interleave (the lock is fair:
+  senders go out in the order they arrived). A message containing ``b"\\n"`` is refused with
+  :class:`ValueError` before anything is written. If the peer is gone, ``send`` raises
+  :class:`trio.BrokenResourceError`. If a write is interrupted part-way (cancelled, or it
+  failed), the peer may have received half a frame, so the transport refuses all later sends
+  with :class:`trio.BrokenResourceError` instead of corrupting the stream further; a send that
+  is cancelled *before* it starts writing does not break the transport.
+* **Receiving.** ``receive()`` returns the next line without its ``\\n`` (and without one
+  trailing ``\\r``, so CRLF peers work). Empty and whitespace-only lines are skipped. At end of
+  input it raises :class:`trio.EndOfChannel`, after first returning a final line that was not
+  newline-terminated. Message bytes are otherwise returned exactly as received.
+* **Bounded memory.** A line longer than ``max_message_size`` bytes (not counting the
+  ``\\r\\n``/``\\n`` terminator) raises :class:`~trio_mcp.transports.base.MessageTooLarge`
+  exactly once, as soon as the excess is seen; the rest of that line is read and thrown
+  away without being buffered, and the next ``receive()`` returns the line after it. The
+  transport never holds more than about ``max_message_size`` plus one read chunk (64 KiB).
+  (A *whitespace-only* line longer than the limit counts as oversized too.)
+* **Efficiency.** Input is read in 64 KiB chunks; newlines are found with ``bytes.find`` on
+  each byte only once, so a long line split over many chunks costs linear time, and every
+  line already in the buffer is returned without another read.
+* **Checkpoints.** ``receive()`` is always a cancellation point, and it is a full Trio
+  checkpoint (schedule point too) whenever it has to read from the stream, i.e. at least once
+  per chunk; a line that is already buffered is returned without yielding to the scheduler,
+  which keeps the per-message cost close to raw stdio. Cancelling ``receive()`` never loses
+  data. ``send()`` is a full checkpoint.
+* **Concurrency.** Any number of tasks may ``send`` concurrently; only one task may
+  ``receive`` at a time (a second one gets :class:`trio.BusyResourceError`).
+
+Entry points: :func:`open_stdio_transport` (a server speaking on its own stdin/stdout) and
+:func:`open_subprocess_transport` (a client that spawns a server as a child process).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+
+import trio
+
+from .base import DEFAULT_MAX_MESSAGE_SIZE, MessageTooLarge
+
+__all__ = [
+    "RECEIVE_CHUNK_SIZE",
+    "StreamTransport",
+    "SubprocessTransport",
+    "open_stdio_transport",
+    "open_subprocess_transport",
+]
+
+RECEIVE_CHUNK_SIZE = 65536
+"""How many bytes :meth:`StreamTransport.receive` asks the stream for at a time."""
+
+_NEWLINE = b"\n"
+_CR = 0x0D  # b"\r"[0]
+
+
+class StreamTransport(trio.abc.AsyncResource):
+    """Newline-delimited messages over a pair of trio streams.
+
+    ``receive_stream`` and ``send_stream`` may be the same object (e.g. a
+    :class:`trio.SocketStream`). The transport owns both: :meth:`aclose` closes them. It is an
+    async context manager (``async with StreamTransport(r, s) as transport: ...``).
+    See the module docstring for the exact guarantees.
+    """
+
+    __slots__ = (
+        "_chunk",
+        "_closed",
+        "_discarding",
+        "_eof",
+        "_partial",
+        "_pos",
+        "_receive_stream",
+        "_receiving",
+        "_send_broken",
+        "_send_lock",
+        "_send_stream",
+        "max_message_size",
+    )
+
+    def __init__(
+        self,
+        receive_stream: trio.abc.ReceiveStream,
+        send_stream: trio.abc.SendStream,
+        *,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    ) -> None:
+        if max_message_size < 1:
+            raise ValueError("max_message_size must be at least 1")
+        self._receive_stream = receive_stream
+        self._send_stream = send_stream
+        self.max_message_size = max_message_size
+        """Largest message accepted by :meth:`receive`, in bytes, without the line terminator."""
+        self._send_lock = trio.Lock()
+        self._send_broken = False
+        self._closed = False
+        self._receiving = False
+        # Receive state. ``_chunk[_pos:]`` is read but not yet consumed. ``_partial`` holds the
+        # beginning of a line whose newline has not arrived; it never contains b"\n", so it is
+        # never searched again. ``_discarding``: we are skipping the rest of an oversized line.
+        self._chunk = b""
+        self._pos = 0
+        self._partial = bytearray()
+        self._discarding = False
+        self._eof = False
+
+    # ------------------------------------------------------------------ sending
+
+    async def send(self, message: bytes) -> None:
+        """Send one message, framed as ``message + b"\\n"``.
+
+        Raises:
+          ValueError: ``message`` contains ``b"\\n"`` (nothing is sent).
+          trio.BrokenResourceError: the peer is gone, or an earlier send was interrupted
+            part-way so the stream can no longer be trusted.
+          trio.ClosedResourceError: this transport (or its sending half) was closed.
+        """
+        if _NEWLINE in message:
+            raise ValueError("a stdio message must not contain a newline")
+        frame = message + _NEWLINE
+        async with self._send_lock:
+            if self._closed:
+                raise trio.ClosedResourceError("transport was closed")
+            if self._send_broken:
+                raise trio.BrokenResourceError("an earlier send was interrupted in the middle of a frame")
+            # If we are already cancelled, fail here, where it is known that nothing was written.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            try:
+                await self._send_stream.send_all(frame)
+            except trio.ClosedResourceError:
+                raise  # closed locally (aclose/send_eof): keep reporting it as closed
+            except BaseException:
+                self._send_broken = True
+                raise
+
+    async def send_eof(self) -> None:
+        """Close the sending half only: the peer sees end of input, and we can still receive.
+
+        Later calls to :meth:`send` raise :class:`trio.ClosedResourceError`. Idempotent.
+        """
+        await self._send_stream.aclose()
+
+    # ---------------------------------------------------------------- receiving
+
+    async def receive(self) -> bytes:
+        """Return the next non-blank line, without its terminator.
+
+        Raises:
+          trio.EndOfChannel: the input ended (cleanly), and every line has been returned.
+          MessageTooLarge: the next line exceeds :attr:`max_message_size`; it is skipped.
+          trio.BusyResourceError: another task is already in ``receive()``.
+          trio.ClosedResourceError: this transport was closed.
+          trio.BrokenResourceError: the underlying stream failed.
+        """
+        if self._receiving:
+            raise trio.BusyResourceError("another task is already receiving on this transport")
+        if self._closed:
+            raise trio.ClosedResourceError("transport was closed")
+        # Cancellation point before any state changes, so a cancelled receive never loses a line.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._receiving = True
+        try:
+            while True:
+                line = self._next_buffered_line()
+                if line is not None:
+                    return line
+                if self._eof:
+                    line = self._take_final_line()
+                    if line is not None:
+                        return line
+                    raise trio.EndOfChannel
+                # Cancelling this await is safe: nothing has been consumed yet.
+                chunk = await self._receive_stream.receive_some(RECEIVE_CHUNK_SIZE)
+                if chunk:
+                    # Slices of the chunk are returned as messages, so they must be bytes.
+                    self._chunk = chunk if type(chunk) is bytes else bytes(chunk)
+                    self._pos = 0
+                else:
+                    self._eof = True
+        finally:
+            self._receiving = False
+
+    def _next_buffered_line(self) -> bytes | None:
+        """Consume and return the next complete non-blank line from ``_chunk``, or None.
+
+        Anything left of the chunk without a newline moves into ``_partial`` (or is dropped while
+        discarding). State is written back before :class:`MessageTooLarge` is raised.
+        """
+        chunk = self._chunk
+        pos = self._pos
+        size = len(chunk)
+        limit = self.max_message_size
+        partial = self._partial
+        while pos < size:
+            nl = chunk.find(_NEWLINE, pos)
+            if self._discarding:
+                if nl < 0:
+                    break  # the whole rest of the chunk belongs to the oversized line
+                self._discarding = False
+                pos = nl + 1
+                continue
+            if nl < 0:
+                # Incomplete line. Allow limit + 1 bytes: the last may be the \r of a CRLF.
+                if len(partial) + size - pos > limit + 1:
+                    partial.clear()
+                    self._discarding = True
+                    self._chunk = b""
+                    self._pos = 0
+                    raise MessageTooLarge(limit)
+                partial += chunk if pos == 0 else memoryview(chunk)[pos:]
+                break
+            end = nl
+            if partial:
+                if end > pos:
+                    if chunk[end - 1] == _CR:
+                        end -= 1
+                elif partial[-1] == _CR:
+                    del partial[-1]
+                if len(partial) + end - pos > limit:
+                    partial.clear()
+                    self._pos = nl + 1
+                    raise MessageTooLarge(limit)
+                partial += memoryview(chunk)[pos:end]
+                line = bytes(partial)
+                partial.clear()
+            else:
+                if end > pos and chunk[end - 1] == _CR:
+                    end -= 1
+                if end - pos > limit:
+                    self._pos = nl + 1
+                    raise MessageTooLarge(limit)
+                line = chunk[pos:end]
+            pos = nl + 1
+            if line and not line.isspace():
+                self._pos = pos
+                return line
+        # Chunk used up: drop our reference to it.
+        self._chunk = b""
+        self._pos = 0
+        return None
+
+    def _take_final_line(self) -> bytes | None:
+        """At EOF: the unterminated last line, if there is a non-blank one."""
+        self._discarding = False
+        partial = self._partial
+        if not partial:
+            return None
+        if partial[-1] == _CR:
+            del partial[-1]
+        line = bytes(partial)
+        partial.clear()
+        if len(line) > self.max_message_size:
+            raise MessageTooLarge(self.max_message_size)
+        if not line or line.isspace():
+            return None
+        return line
+
+    # ------------------------------------------------------------------ closing
+
+    async def aclose(self) -> None:
+        """Close both streams. Idempotent; later sends and receives raise ClosedResourceError."""
+        self._closed = True
+        try:
+            await self._send_stream.aclose()
+        finally:
+            await self._receive_stream.aclose()  # idempotent, even if it is the same stream
+
+
+# ---------------------------------------------------------------------------- servers
+
+
+@asynccontextmanager
+async def open_stdio_transport(
+    *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+) -> AsyncIterator[StreamTransport]:
+    """A transport on this process's stdin and stdout, for an MCP server (Unix only).
+
+    An async context manager::
+
+        async with open_stdio_transport() as transport:
+            await serve(transport)
+
+    It wraps :func:`os.dup` copies of file descriptors 0 and 1 in
+    :class:`trio.lowlevel.FdStream`, so closing the transport (on leaving the block) closes only
+    the copies: the real stdin/stdout stay open, and :data:`sys.stdout` is never touched by Trio.
+    :data:`sys.stdout` is flushed on entry so nothing written earlier lands between frames.
+
+    Caveats:
+
+    * The server must log to **stderr only**; anything else written to stdout corrupts the
+      protocol stream.
+    * ``FdStream`` puts the underlying open files in non-blocking mode, which is shared by every
+      descriptor referring to them (including fds 0/1 and :data:`sys.stdin`/:data:`sys.stdout`).
+      Don't use ``sys.stdin``/``sys.stdout`` while the transport is open; the original blocking
+      mode is restored when it closes.
+    """
+    if sys.platform == "win32":  # pragma: no cover
+        raise NotImplementedError("open_stdio_transport needs trio.lowlevel.FdStream, which is Unix-only")
+    else:
+        sys.stdout.flush()
+        stdin_fd = os.dup(0)
+        try:
+            stdout_fd = os.dup(1)
+        except BaseException:
+            os.close(stdin_fd)
+            raise
+        try:
+            receive_stream = trio.lowlevel.FdStream(stdin_fd)
+        except BaseException:
+            os.close(stdin_fd)
+            os.close(stdout_fd)
+            raise
+        try:
+            send_stream = trio.lowlevel.FdStream(stdout_fd)
+        except BaseException:
+            os.close(stdout_fd)
+            receive_stream.close()
+            raise
+        async with StreamTransport(
+            receive_stream, send_stream, max_message_size=max_message_size
+        ) as transport:
+            yield transport
+
+
+# ---------------------------------------------------------------------------- clients
+
+
+class SubprocessTransport(StreamTransport):
+    """A :class:`StreamTransport` on a child process's stdin/stdout pipes.
+
+    Made by :func:`open_subprocess_transport`; ``process`` is the child.
+    """
+
+    __slots__ = ("process",)
+
+    def __init__(self, process: trio.Process, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+        if process.stdin is None or process.stdout is None:
+            raise ValueError("the process needs stdin and stdout pipes")
+        super().__init__(process.stdout, process.stdin, max_message_size=max_message_size)
+        self.process = process
+        """The child process (a :class:`trio.Process`)."""
+
+
+@asynccontextmanager
+async def open_subprocess_transport(
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    shutdown_timeout: float = 2.0,
+) -> AsyncIterator[SubprocessTransport]:
+    """Spawn an MCP server and yield a transport on its stdin/stdout, for a client.
+
+    ``command`` is an argument list (not a shell string); ``env`` replaces the environment if
+    given (default: inherited); the child's stderr is inherited. Usage::
+
+        async with open_subprocess_transport([sys.executable, "server.py"]) as transport:
+            await transport.send(request)
+            reply = await transport.receive()
+        assert transport.process.returncode is not None
+
+    Leaving the block shuts the child down as the MCP specification recommends, shielded from
+    cancellation: close the child's stdin, wait up to ``shutdown_timeout`` seconds for it to
+    exit, then send SIGTERM and wait as long again, then SIGKILL. The child is always reaped
+    (no zombie) before the block is left; the transport is closed after the child has exited,
+    so output it writes while shutting down doesn't fail. Only the child itself is signalled,
+    not processes it started.
+    """
+    if isinstance(command, str):
+        raise TypeError("command must be a sequence of arguments, not a string")
+    if not math.isfinite(shutdown_timeout) or shutdown_timeout < 0:
+        raise ValueError("shutdown_timeout must be a finite number >= 0")
+    process = await trio.lowlevel.open_process(
+        list(command),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=None,
+        env=env,
+        cwd=cwd,
+    )
+    try:
+        transport = SubprocessTransport(process, max_message_size=max_message_size)
+    except BaseException:  # pragma: no cover - only if open_process broke its promise of pipes
+        with trio.CancelScope(shield=True):
+            process.kill()
+            await process.wait()
+        raise
+    try:
+        yield transport
+    finally:
+        with trio.CancelScope(shield=True):
+            await _shut_down(transport, shutdown_timeout)
+
+
+async def _shut_down(transport: SubprocessTransport, grace_period: float) -> None:
+    """Close stdin, wait; SIGTERM, wait; SIGKILL, reap. Then close the transport."""
+    process = transport.process
+    try:
+        try:
+            await transport.send_eof()
+        finally:
+            with trio.move_on_after(grace_period):
+                await process.wait()
+            if process.returncode is None:
+                process.terminate()
+                with trio.move_on_after(grace_period):
+                    await process.wait()
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    finally:
+        await transport.aclose()
