@@ -15,9 +15,10 @@ from typing import Any
 import trio
 
 from ..protocol import jsonrpc
-from ..protocol.errors import INTERNAL_ERROR, INVALID_REQUEST, McpError
+from ..protocol.errors import INVALID_REQUEST, McpError
 from ..transports.base import MessageTooLarge, Transport
 from .runtime import Reply
+from .trace import Tracer, no_trace
 
 log = logging.getLogger("trio_mcp")
 
@@ -31,8 +32,17 @@ class ConnectionClosed(Exception):
 class Endpoint:
     """Base of :class:`SessionActor` and :class:`Client`. Subclasses handle incoming messages."""
 
-    def __init__(self, transport: Transport, *, outbound_size: int = DEFAULT_OUTBOUND_SIZE) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        outbound_size: int = DEFAULT_OUTBOUND_SIZE,
+        tracer: Tracer = no_trace,
+        name: str = "connection",
+    ) -> None:
         self.transport = transport
+        self.name = name
+        self._tracer = tracer if tracer is not no_trace else None
         self._out_send, self._out_recv = trio.open_memory_channel[bytes](outbound_size)
         self._pending: dict[jsonrpc.RequestId, Reply[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
@@ -81,6 +91,8 @@ class Endpoint:
     async def _write_loop(self) -> None:
         async with self._out_recv:
             async for data in self._out_recv:
+                if self._tracer is not None:
+                    self._tracer("message.out", {"connection": self.name, "data": data})
                 try:
                     await self.transport.send(data)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -95,6 +107,8 @@ class Endpoint:
             except MessageTooLarge as exc:
                 await self.respond_error(None, McpError(INVALID_REQUEST, f"Invalid request: {exc}"))
                 continue
+            if self._tracer is not None:
+                self._tracer("message.in", {"connection": self.name, "data": data})
             try:
                 message = jsonrpc.parse(data)
             except jsonrpc.InvalidMessage as exc:
@@ -142,6 +156,3 @@ class Endpoint:
             self.closed = True
             self._fail_pending()
             self._out_send.close()
-
-
-INTERNAL = McpError(INTERNAL_ERROR, "Internal error")

@@ -14,6 +14,7 @@ import inspect
 import json
 import logging
 import sys
+import time
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -40,6 +41,7 @@ from ..protocol.schema import ArgumentError, ArgumentSpec, argument_spec
 from ..transports.base import Transport
 from .context import Context
 from .supervisor import TaskLimits, TaskSupervisor
+from .trace import Tracer, no_trace
 
 log = logging.getLogger("trio_mcp")
 
@@ -196,14 +198,19 @@ class Server:
 
     # -- serving --------------------------------------------------------------------------
     @asynccontextmanager
-    async def open(self) -> AsyncIterator[ServerRuntime]:
+    async def open(
+        self, *, tracer: Tracer = no_trace, wall_clock: Callable[[], float] = time.time
+    ) -> AsyncIterator[ServerRuntime]:
         """Start the task supervisor; serve any number of connections inside the block.
+
+        ``tracer`` receives every runtime event (see :mod:`trio_mcp.actors.trace`);
+        ``wall_clock`` gives the epoch seconds stamped on tasks (tests pin it).
 
         >>> # async with server.open() as runtime:
         >>> #     nursery.start_soon(runtime.serve, transport)
         """
         async with trio.open_nursery() as nursery:
-            supervisor = TaskSupervisor(self.limits)
+            supervisor = TaskSupervisor(self.limits, wall_clock=wall_clock, tracer=tracer)
             await nursery.start(supervisor.run)
             try:
                 yield ServerRuntime(self, supervisor)

@@ -68,11 +68,12 @@ class SessionActor(Endpoint):
     def __init__(
         self, server: Server, supervisor: TaskSupervisor, transport: Transport, *, owner: object | None = None
     ) -> None:
-        super().__init__(transport)
+        number = next(_connections)
+        super().__init__(transport, tracer=supervisor.tracer, name=f"session-{number}")
         self.server = server
         self.supervisor = supervisor
         self.connection_owned = owner is None
-        self.owner: object = owner if owner is not None else ConnectionOwner(next(_connections))
+        self.owner: object = owner if owner is not None else ConnectionOwner(number)
         self.protocol_version: str | None = None
         self.client_capabilities: dict[str, Any] = {}
         self.client_info: Any = None
@@ -99,6 +100,8 @@ class SessionActor(Endpoint):
 
     async def run(self) -> None:
         """Serve until the client hangs up, then cancel what it left running."""
+        trace = self.supervisor.tracer
+        trace("actor.start", {"actor": "SessionActor", "name": self.name})
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -112,6 +115,7 @@ class SessionActor(Endpoint):
                     pass
             with trio.CancelScope(shield=True):
                 await self.transport.aclose()
+            trace("actor.stop", {"actor": "SessionActor", "name": self.name})
 
     # -- dispatch -------------------------------------------------------------------------
     async def on_request(self, request: jsonrpc.Request) -> None:

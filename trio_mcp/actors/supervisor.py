@@ -31,6 +31,7 @@ from ..protocol.tasks import TaskStatus, format_timestamp
 from .runtime import Actor, MailboxClosed, MailboxFull, Reply, supervised
 from .store import InvalidCursor, MemoryTaskStore, TaskEntry, TaskStore
 from .task_actor import EXPIRED, AwaitResult, Cancel, Poll, Stop, TaskActor, TaskOutcome, Work
+from .trace import Tracer, no_trace
 
 
 @attrs.frozen
@@ -113,8 +114,10 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         *,
         store: TaskStore | None = None,
         wall_clock: Callable[[], float] = time.time,
+        tracer: Tracer = no_trace,
     ) -> None:
         super().__init__(mailbox_size=65_536)
+        self.tracer = tracer
         self.limits = limits or TaskLimits()
         self.store: TaskStore = store if store is not None else MemoryTaskStore()
         self._wall_clock = wall_clock
@@ -181,7 +184,9 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             clock=self.now_iso,
             on_change=message.on_change,
             on_terminal=self._on_terminal,
+            tracer=self.tracer,
         )
+        self.tracer("task.created", {"task_id": task.task_id, "status": task.status.value, "ttl": ttl})
         self._seq += 1
         deadline = trio.current_time() + ttl / 1000
         self.store.add(TaskEntry(actor, message.owner, self._seq, deadline))
@@ -189,10 +194,16 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         heapq.heappush(self._deadlines, (deadline, self._seq, task.task_id))
         if deadline < self._timer.deadline:
             self._timer.deadline = deadline
-        self._nursery.start_soon(
-            supervised, actor.run, functools.partial(self._on_crash, actor), f"task {task.task_id}"
-        )
+        self._nursery.start_soon(self._run_actor, actor)
         message.reply.send(actor)
+
+    async def _run_actor(self, actor: TaskActor) -> None:
+        fields = {"actor": "TaskActor", "name": actor.task_id}
+        self.tracer("actor.start", fields)
+        try:
+            await supervised(actor.run, functools.partial(self._on_crash, actor), f"task {actor.task_id}")
+        finally:
+            self.tracer("actor.stop", fields)
 
     def _route(self, message: Route) -> None:
         entry = self.store.get(message.task_id)
@@ -218,6 +229,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         entry = self.store.remove(task_id)
         if entry is None:
             return
+        self.tracer("task.expired" if error is EXPIRED else "task.removed", {"task_id": task_id})
         self._forget_live(entry.owner, task_id)
         if not entry.actor.mailbox.closed:
             entry.actor.mailbox.put(Stop(error), system=True)
@@ -233,6 +245,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self.mailbox.put(_Ended(actor), system=True)
 
     def _on_crash(self, actor: TaskActor, error: BaseException) -> None:
+        self.tracer("actor.crash", {"actor": "TaskActor", "name": actor.task_id, "error": repr(error)})
         self.mailbox.put(_Crashed(actor, error), system=True)
 
     def _crashed(self, actor: TaskActor, error: BaseException) -> None:

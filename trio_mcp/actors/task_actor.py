@@ -24,6 +24,7 @@ from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, TASK_CANCELLED, Mc
 from ..protocol.messages import Task
 from ..protocol.tasks import TaskStatus, check_transition
 from .runtime import Actor, MailboxClosed, Reply
+from .trace import Tracer, no_trace
 
 
 @attrs.frozen
@@ -93,8 +94,10 @@ class TaskActor(Actor[TaskMessage]):
         clock: Clock,
         on_change: Callable[[Task], None],
         on_terminal: Callable[[TaskActor], None],
+        tracer: Tracer = no_trace,
     ) -> None:
         super().__init__(mailbox_size=256)
+        self._tracer = tracer
         self.task = task
         self.owner = owner
         self.outcome: TaskOutcome | None = None
@@ -115,7 +118,11 @@ class TaskActor(Actor[TaskMessage]):
 
     # -- state changes (only ever made by this actor) ------------------------------------
     def _transition(self, status: TaskStatus, message: str | None) -> None:
-        check_transition(self.task.status, status)
+        old = self.task.status
+        check_transition(old, status)
+        self._tracer(
+            "task.transition", {"task_id": self.task.task_id, "old": old.value, "status": status.value}
+        )
         self.task = attrs.evolve(
             self.task, status=status, status_message=message, last_updated_at=self._clock()
         )

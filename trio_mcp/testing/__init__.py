@@ -1,0 +1,1 @@
+"""Deterministic testing kit for trio-mcp servers (in progress)."""

@@ -1,0 +1,1 @@
+"""pytest plugin registered by trio-mcp (fixtures live here)."""
