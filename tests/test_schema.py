@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, NewType, Optional
 import attrs
 import jsonschema
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trio_mcp.protocol.schema import ArgumentError, ArgumentSpec, argument_spec
@@ -684,24 +684,50 @@ async def mixed(
 
 
 MIXED = argument_spec(mixed)
+MIXED_VALIDATOR = jsonschema.Draft202012Validator(MIXED.schema)
 
 finite_floats = st.floats(allow_nan=False, allow_infinity=False)
 small_ints = st.integers(min_value=-(2**63), max_value=2**63)
-json_values = st.recursive(
-    st.none() | st.booleans() | small_ints | finite_floats | st.text(max_size=5),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
-    ),
-    max_leaves=12,
+
+
+def _json(scalars: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.recursive(
+        scalars,
+        lambda children: (
+            st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
+        ),
+        max_leaves=12,
+    )
+
+
+# Values a client can send (finite), and anything json.loads can produce (NaN, huge ints too).
+json_values = _json(st.none() | st.booleans() | small_ints | finite_floats | st.text(max_size=5))
+any_json = _json(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5))
+# Type-confusable near misses, so that rejections are not all "got object".
+near_misses = st.sampled_from(
+    [
+        None,
+        True,
+        False,
+        0,
+        1,
+        2.0,
+        1.5,
+        -1,
+        "",
+        "a",
+        "b",
+        "red",
+        "px",
+        [],
+        {},
+        [1],
+        [1, 1.0],
+        ["a", 1],
+        {"x": 1},
+    ]
 )
-any_json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
-    ),
-    max_leaves=12,
-)
-point_json = st.fixed_dictionaries({"x": small_ints}, optional={"y": small_ints})
+
 valid_mixed = st.fixed_dictionaries(
     {
         "name": st.text(),
@@ -709,7 +735,7 @@ valid_mixed = st.fixed_dictionaries(
         "ratio": finite_floats | small_ints,
         "flag": st.booleans(),
         "tags": st.lists(st.text()),
-        "point": point_json,
+        "point": st.fixed_dictionaries({"x": small_ints}, optional={"y": small_ints}),
         "mode": st.sampled_from(["a", "b"]),
         "color": st.sampled_from([c.value for c in Color]),
     },
@@ -732,7 +758,7 @@ def test_values_from_matching_strategies_validate(arguments: dict[str, Any]) -> 
     out = MIXED.validate(arguments)
     assert out.keys() == arguments.keys()
     assert out["count"] == arguments["count"] and type(out["count"]) is int
-    assert type(out["ratio"]) is float
+    assert out["ratio"] == arguments["ratio"] and type(out["ratio"]) is float
     assert out["point"] == Point(**arguments["point"])
     assert out["color"] is Color(arguments["color"])
     if "pair" in out:
@@ -740,43 +766,55 @@ def test_values_from_matching_strategies_validate(arguments: dict[str, Any]) -> 
     if "unique" in out:
         assert out["unique"] == frozenset(arguments["unique"])
     if arguments.get("size") is not None:
-        assert isinstance(out["size"], Size)
-    assert jsonschema.Draft202012Validator(MIXED.schema).is_valid(arguments)
+        assert out["size"] == Size(**arguments["size"])
+    assert MIXED_VALIDATOR.is_valid(arguments)
 
 
-def _arguments(values: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
-    keys = st.sampled_from(list(MIXED.schema["properties"])) | st.text(max_size=3)
-    return st.dictionaries(keys, values, max_size=10)
+# Each parameter, plus fields inside the nested objects (and an unknown one).
+TARGETS = [*MIXED.schema["properties"], "point.x", "point.y", "point.extra", "size.width", "size.unit"]
 
 
-@given(st.one_of(any_json, _arguments(any_json), valid_mixed.flatmap(lambda a: _mutate(a, any_json))))
-def test_arbitrary_json_raises_only_argument_error(arguments: Any) -> None:
+def _corrupt(target: str, values: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """Valid arguments with the value at ``target`` replaced by one drawn from ``values``."""
+
+    def replace(arguments: dict[str, Any], value: Any) -> dict[str, Any]:
+        if "." not in target:
+            return {**arguments, target: value}
+        outer, inner = target.split(".")
+        nested = arguments.get(outer) or {"width": 1.0}
+        return {**arguments, outer: {**nested, inner: value}}
+
+    return st.builds(replace, valid_mixed, values)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@settings(max_examples=40)
+@given(data=st.data())
+def test_arbitrary_json_raises_only_argument_error_at_the_bad_field(target: str, data: st.DataObject) -> None:
+    arguments = data.draw(_corrupt(target, any_json | near_misses))
     try:
         MIXED.validate(arguments)
     except ArgumentError as exc:
-        assert exc.field.split(".")[0].split("[")[0] in {"", *MIXED.schema["properties"]} or (
-            exc.message == "unexpected argument"
-        )
+        assert exc.field == target or exc.field.startswith((f"{target}.", f"{target}["))
 
 
-def _mutate(arguments: dict[str, Any], values: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
-    """Valid arguments with one parameter replaced by an arbitrary JSON value (or nested field, for point)."""
-    names = sorted(MIXED.schema["properties"])
-
-    def replace(name: str, value: Any) -> dict[str, Any]:
-        if name == "point":
-            return {**arguments, "point": {**arguments["point"], "x": value}}
-        return {**arguments, name: value}
-
-    return st.builds(replace, st.sampled_from(names), values)
+@given(any_json | st.dictionaries(st.sampled_from(TARGETS) | st.text(max_size=3), any_json, max_size=8))
+def test_arbitrary_arguments_raise_only_argument_error(arguments: Any) -> None:
+    try:
+        MIXED.validate(arguments)
+    except ArgumentError as exc:
+        assert str(exc)
 
 
-@given(st.one_of(_arguments(json_values), valid_mixed.flatmap(lambda a: _mutate(a, json_values))))
-def test_validation_agrees_with_jsonschema(arguments: dict[str, Any]) -> None:
-    # For finite JSON (the only kind a client can send), acceptance matches a reference validator.
+@pytest.mark.parametrize("target", TARGETS)
+@settings(max_examples=40)
+@given(data=st.data())
+def test_validation_agrees_with_jsonschema(target: str, data: st.DataObject) -> None:
+    # For finite JSON (all a client can send), acceptance matches a reference validator.
+    arguments = data.draw(_corrupt(target, json_values | near_misses))
     try:
         MIXED.validate(arguments)
         accepted = True
     except ArgumentError:
         accepted = False
-    assert accepted == jsonschema.Draft202012Validator(MIXED.schema).is_valid(arguments)
+    assert accepted == MIXED_VALIDATOR.is_valid(arguments)

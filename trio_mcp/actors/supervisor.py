@@ -249,7 +249,10 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self.mailbox.put(_Crashed(actor, error), system=True)
 
     def _crashed(self, actor: TaskActor, error: BaseException) -> None:
+        # The actor is dead, so its state is ours now: settle it as failed, keeping the error.
         failure = McpError(INTERNAL_ERROR, f"Internal error: task actor crashed: {error!r}")
+        if actor.outcome is None:
+            actor.outcome = TaskOutcome.from_error(failure)
         if not actor.task.status.is_terminal:
             actor.task = attrs.evolve(
                 actor.task,
@@ -257,7 +260,6 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 status_message=failure.message,
                 last_updated_at=self.now_iso(),
             )
-            actor.outcome = TaskOutcome.from_error(failure)
         actor.abandon(failure)
         self._forget_live(actor.owner, actor.task_id)
 

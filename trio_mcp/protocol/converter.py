@@ -124,6 +124,19 @@ converter.register_structure_hook_factory(_is_list_type, _list_factory)
 converter.register_unstructure_hook(TaskStatus, lambda status: status.value)
 
 
+def _status(value: Any, _: Any) -> TaskStatus:
+    # Registered explicitly: the strict ``str`` hook would otherwise claim this StrEnum.
+    if isinstance(value, str):
+        try:
+            return TaskStatus(value)
+        except ValueError:
+            pass
+    raise ValueError(f"expected a task status, got {value!r}")
+
+
+converter.register_structure_hook(TaskStatus, _status)
+
+
 def _structure_content(value: Any, _: Any) -> Any:
     if not isinstance(value, dict):
         raise TypeError(f"expected object, got {_json_type(value)}")

@@ -1,0 +1,68 @@
+"""The server under test: a ``trio_mcp.Server`` with two tools, served over stdio.
+
+Run it as ``python benchmarks/server.py [--default-ttl-ms MS] [--max-ttl-ms MS] [--max-live N]``.
+The defaults give a long TTL (six hours) so that nothing expires during a benchmark; the
+churn workload starts it with ``--default-ttl-ms 1500 --max-ttl-ms 2000`` (the short-TTL
+variant). Every setting can also come from the environment (``BENCH_DEFAULT_TTL_MS``,
+``BENCH_MAX_TTL_MS``, ``BENCH_MAX_LIVE``); flags win.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+import trio
+
+from trio_mcp import Server, TaskLimits
+
+LONG_TTL_MS = 6 * 60 * 60 * 1000
+DEFAULT_MAX_LIVE = 1_000_000
+
+
+def build_server(limits: TaskLimits) -> Server:
+    """The benchmark server: ``echo {text}`` and ``sleep {seconds}``, both task-optional."""
+    server = Server("trio-mcp-bench", version="0.1.0", limits=limits)
+
+    @server.tool(task_support="optional")
+    async def echo(text: str) -> str:
+        """Return the text unchanged."""
+        return text
+
+    @server.tool(task_support="optional")
+    async def sleep(seconds: float) -> str:
+        """Sleep for the given seconds (an idle live task); cancellable."""
+        await trio.sleep(seconds)
+        return f"slept {seconds}s"
+
+    return server
+
+
+def parse_limits(argv: Sequence[str]) -> TaskLimits:
+    env = os.environ
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--default-ttl-ms", type=int, default=int(env.get("BENCH_DEFAULT_TTL_MS", LONG_TTL_MS))
+    )
+    parser.add_argument("--max-ttl-ms", type=int, default=int(env.get("BENCH_MAX_TTL_MS", 0)) or None)
+    parser.add_argument("--max-live", type=int, default=int(env.get("BENCH_MAX_LIVE", DEFAULT_MAX_LIVE)))
+    args = parser.parse_args(argv)
+    max_ttl = args.max_ttl_ms if args.max_ttl_ms is not None else max(args.default_ttl_ms, LONG_TTL_MS)
+    return TaskLimits(
+        default_ttl_ms=args.default_ttl_ms,
+        max_ttl_ms=max_ttl,
+        max_live_tasks_per_owner=args.max_live,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    limits = parse_limits(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    trio.run(build_server(limits).serve_stdio)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""The actor runtime: mailboxes, replies, supervision of crashing task actors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from trio_mcp.actors.runtime import Mailbox, MailboxClosed, MailboxFull, Reply, supervised
+from trio_mcp.actors.supervisor import CreateTask, Route, TaskSupervisor
+from trio_mcp.actors.task_actor import AwaitResult, Poll, Start, TaskActor, TaskOutcome
+from trio_mcp.protocol.errors import INTERNAL_ERROR, McpError
+from trio_mcp.protocol.messages import Task
+from trio_mcp.protocol.tasks import TaskStatus
+
+
+async def test_mailbox_is_bounded_fifo_and_wakes_its_reader() -> None:
+    box: Mailbox[int] = Mailbox(capacity=2)
+    got: list[int] = []
+
+    async def reader() -> None:
+        for _ in range(3):
+            got.append(await box.get())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader)
+        await trio.testing.wait_all_tasks_blocked()
+        box.put(1)
+        box.put(2)
+        with pytest.raises(MailboxFull):
+            box.put(3)
+        box.put(3, system=True)  # runtime messages bypass the bound
+    assert got == [1, 2, 3]
+
+
+async def test_closing_a_mailbox_returns_unread_messages_and_stops_the_reader() -> None:
+    box: Mailbox[str] = Mailbox()
+    box.put("a")
+    assert box.close() == ["a"]
+    with pytest.raises(MailboxClosed):
+        box.put("b")
+    with pytest.raises(MailboxClosed):
+        await box.get()
+
+
+async def test_reply_first_answer_wins_and_cancelled_asker_is_harmless() -> None:
+    reply: Reply[int] = Reply()
+    with trio.move_on_after(0) as scope:
+        await reply.wait()
+    assert scope.cancelled_caught
+    reply.send(1)
+    reply.fail(RuntimeError("ignored"))
+    assert await reply.wait() == 1
+
+
+async def test_supervised_reports_a_crash_instead_of_raising() -> None:
+    crashes: list[BaseException] = []
+
+    async def body() -> None:
+        raise ValueError("bug")
+
+    await supervised(body, crashes.append)
+    assert [type(c) for c in crashes] == [ValueError]
+
+
+async def test_a_crashing_task_actor_fails_its_task_and_the_supervisor_survives(autojump_clock: Any) -> None:
+    supervisor = TaskSupervisor()
+    changes = 0
+
+    def explode_on_second_change(task: Task) -> None:
+        nonlocal changes
+        changes += 1
+        if task.status.is_terminal:
+            raise RuntimeError("observer bug")  # raised inside the actor: a crash, not a tool error
+
+    async def work(actor: TaskActor) -> TaskOutcome:
+        await trio.sleep(1)
+        return TaskOutcome(result={"content": []})
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        reply: Reply[TaskActor] = Reply()
+        supervisor.tell(CreateTask("owner", work, None, explode_on_second_change, reply))
+        actor = await reply.wait()
+        waiting: Reply[TaskOutcome] = Reply()
+        supervisor.tell(Route("owner", actor.task_id, AwaitResult(waiting)))
+        actor.tell(Start())
+        with pytest.raises(McpError) as info:
+            await waiting.wait()
+        assert info.value.code == INTERNAL_ERROR and "observer bug" in info.value.message
+        await trio.testing.wait_all_tasks_blocked()
+        # Later questions are answered from the dead actor's final state.
+        poll: Reply[Task] = Reply()
+        supervisor.tell(Route("owner", actor.task_id, Poll(poll)))
+        assert (await poll.wait()).status in (TaskStatus.COMPLETED, TaskStatus.FAILED)
+        late: Reply[TaskOutcome] = Reply()
+        supervisor.tell(Route("owner", actor.task_id, AwaitResult(late)))
+        with pytest.raises(McpError):
+            await late.wait()
+        # And the supervisor still creates tasks.
+        again: Reply[TaskActor] = Reply()
+        supervisor.tell(CreateTask("owner", work, None, lambda t: None, again))
+        assert (await again.wait()).status == TaskStatus.WORKING
+        nursery.cancel_scope.cancel()
