@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 
+
 def _task(status: str) -> dict[str, object]:
     return {
         "taskId": "floor-task-0000000000000000",

@@ -36,9 +36,8 @@ async def main() -> None:
             print(f"   progress {p.progress:g}/{p.total:g} {p.message or ''}")
 
         created = await client.call_tool_as_task("sleep", {"seconds": 1.5}, on_progress=on_progress)
-        print(
-            f"   created {show(created.task)} (ttl {created.task.ttl} ms, poll every {created.task.poll_interval} ms)"
-        )
+        task = created.task
+        print(f"   created {show(task)} (ttl {task.ttl} ms, poll every {task.poll_interval} ms)")
         final = await client.poll_task(created.task.task_id, on_status=lambda t: print(f"   poll: {show(t)}"))
         result = await client.task_result(final.task_id)
         print(f"   result: {result.text!r}")
@@ -70,9 +69,8 @@ async def main() -> None:
                 else:
                     await client.call_tool(name, args)
             except McpError as exc:
-                print(
-                    f"   {name} {'as a task' if as_task else 'without a task'}: error {exc.code}: {exc.message}"
-                )
+                how = "as a task" if as_task else "without a task"
+                print(f"   {name} {how}: error {exc.code}: {exc.message}")
 
         print("\n5. tasks/list")
         async for task in client.all_tasks():
