@@ -704,29 +704,10 @@ def _json(scalars: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 json_values = _json(st.none() | st.booleans() | small_ints | finite_floats | st.text(max_size=5))
 any_json = _json(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5))
 # Type-confusable near misses, so that rejections are not all "got object".
-near_misses = st.sampled_from(
-    [
-        None,
-        True,
-        False,
-        0,
-        1,
-        2.0,
-        1.5,
-        -1,
-        "",
-        "a",
-        "b",
-        "red",
-        "px",
-        [],
-        {},
-        [1],
-        [1, 1.0],
-        ["a", 1],
-        {"x": 1},
-    ]
-)
+_scalar_misses: list[Any] = [None, True, False, 0, 1, 2.0, 1.5, -1, "", "a", "b", "red", "px"]
+near_misses = st.sampled_from([*_scalar_misses, [], {}, [1], [1, 1.0], [1, "a", 2], ["a", 1], {"x": 1}])
+# What json.loads also lets through but no JSON Schema number can be here.
+extremes = st.sampled_from([math.nan, math.inf, -math.inf, 10**400, -(10**400), [1.0, math.nan]])
 
 valid_mixed = st.fixed_dictionaries(
     {
@@ -770,8 +751,16 @@ def test_values_from_matching_strategies_validate(arguments: dict[str, Any]) -> 
     assert MIXED_VALIDATOR.is_valid(arguments)
 
 
-# Each parameter, plus fields inside the nested objects (and an unknown one).
-TARGETS = [*MIXED.schema["properties"], "point.x", "point.y", "point.extra", "size.width", "size.unit"]
+# Each parameter, fields inside the nested objects, and unknown keys at both levels.
+TARGETS = [
+    *MIXED.schema["properties"],
+    "extra",
+    "point.x",
+    "point.y",
+    "point.extra",
+    "size.width",
+    "size.unit",
+]
 
 
 def _corrupt(target: str, values: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
@@ -791,14 +780,33 @@ def _corrupt(target: str, values: st.SearchStrategy[Any]) -> st.SearchStrategy[d
 @settings(max_examples=40)
 @given(data=st.data())
 def test_arbitrary_json_raises_only_argument_error_at_the_bad_field(target: str, data: st.DataObject) -> None:
-    arguments = data.draw(_corrupt(target, any_json | near_misses))
+    arguments = data.draw(_corrupt(target, any_json | near_misses | extremes))
     try:
         MIXED.validate(arguments)
     except ArgumentError as exc:
         assert exc.field == target or exc.field.startswith((f"{target}.", f"{target}["))
+    else:
+        # Accepted: then a reference validator agrees, and nothing non-finite got through.
+        assert MIXED_VALIDATOR.is_valid(arguments)
+        assert _all_finite(arguments)
 
 
-@given(any_json | st.dictionaries(st.sampled_from(TARGETS) | st.text(max_size=3), any_json, max_size=8))
+def _all_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) < 2**1024
+    if isinstance(value, list):
+        return all(_all_finite(item) for item in value)
+    if isinstance(value, dict):
+        return all(_all_finite(item) for item in value.values())
+    return True
+
+
+@given(
+    any_json
+    | st.dictionaries(st.sampled_from(TARGETS) | st.text(max_size=3), any_json | extremes, max_size=8)
+)
 def test_arbitrary_arguments_raise_only_argument_error(arguments: Any) -> None:
     try:
         MIXED.validate(arguments)
