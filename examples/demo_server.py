@@ -1,4 +1,4 @@
-"""The demo server: five tools covering every kind of task support.
+"""The demo server: tools covering every kind of task support, and elicitation.
 
 Run over stdio (the default): ``python examples/demo_server.py``.
 """
@@ -50,6 +50,22 @@ async def batch_job(seconds: float, ctx: Context) -> str:
     await trio.sleep(seconds)
     await ctx.report_progress(1, 1)
     return f"batch job done after {seconds}s"
+
+
+ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "description": "Your answer"}},
+    "required": ["answer"],
+}
+
+
+@server.tool(task_support="optional", immediate_response="I have asked the user; their answer will follow.")
+async def ask(question: str, ctx: Context) -> str:
+    """Ask the user a question (elicitation) and return their answer."""
+    reply = await ctx.elicit(question, ANSWER_SCHEMA)
+    if reply.action == "accept" and reply.content is not None:
+        return f"The user answered: {reply.content.get('answer')}"
+    return f"The user chose to {reply.action}."
 
 
 if __name__ == "__main__":

@@ -336,12 +336,15 @@ json_scalars = (
 )
 json_values = st.recursive(
     json_scalars,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=12,
 )
 json_objects = st.dictionaries(st.text(max_size=10), json_values, max_size=5)
 request_ids = st.integers(min_value=-(2**63), max_value=2**63) | st.text(max_size=12)
-methods = st.sampled_from(["ping", "tools/call", "tasks/get", "notifications/progress"]) | st.text(max_size=20)
+known_methods = st.sampled_from(["ping", "tools/call", "tasks/get", "notifications/progress"])
+methods = known_methods | st.text(max_size=20)
 
 requests = st.builds(Request, id=request_ids, method=methods, params=st.none() | json_objects)
 notifications = st.builds(Notification, method=methods, params=st.none() | json_objects)
@@ -350,7 +353,10 @@ error_responses = st.builds(
     ErrorResponse,
     id=st.none() | request_ids,
     error=st.builds(
-        ErrorObject, code=st.integers(min_value=-(2**31), max_value=2**31), message=st.text(), data=json_values
+        ErrorObject,
+        code=st.integers(min_value=-(2**31), max_value=2**31),
+        message=st.text(),
+        data=json_values,
     ),
 )
 

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,11 @@ from ..protocol.converter import structure, unstructure
 from ..protocol.errors import METHOD_NOT_FOUND, McpError
 from ..protocol.messages import (
     CallToolResult,
+    CreateMessageParams,
+    CreateMessageResult,
     CreateTaskResult,
+    ElicitRequestParams,
+    ElicitResult,
     Implementation,
     InitializeResult,
     ListTasksResult,
@@ -39,6 +43,8 @@ if TYPE_CHECKING:
 
 ProgressCallback = Callable[[ProgressParams], None]
 StatusCallback = Callable[[Task], None]
+ElicitationHandler = Callable[[ElicitRequestParams], Awaitable[ElicitResult]]
+SamplingHandler = Callable[[CreateMessageParams], Awaitable[CreateMessageResult]]
 
 CLIENT_INFO = Implementation(name="trio-mcp-client", version="0.1.0")
 
@@ -47,21 +53,55 @@ class Client(Endpoint):
     """One connection to an MCP server. Use :func:`connect`, :func:`connect_stdio` or
     :func:`connect_in_memory`, which run it and perform the handshake."""
 
-    def __init__(self, transport: Transport) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        on_elicit: ElicitationHandler | None = None,
+        on_sample: SamplingHandler | None = None,
+    ) -> None:
         super().__init__(transport)
+        self.on_elicit = on_elicit
+        self.on_sample = on_sample
         self.server: InitializeResult | None = None
         self._progress: dict[int | str, ProgressCallback] = {}
         self._tokens = itertools.count(1)
         self.status_callbacks: list[StatusCallback] = []
 
     # -- incoming -------------------------------------------------------------------------
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        """What this client declares: elicitation / sampling when it has a handler for them."""
+        capabilities: dict[str, Any] = {}
+        if self.on_elicit is not None:
+            capabilities["elicitation"] = {"form": {}}
+        if self.on_sample is not None:
+            capabilities["sampling"] = {}
+        return capabilities
+
     async def on_request(self, request: jsonrpc.Request) -> None:
         if request.method == "ping":
             await self.respond(request.id, {})
+        elif request.method == "elicitation/create" and self.on_elicit is not None:
+            assert self.nursery is not None  # handlers may take long: never block the reader
+            self.nursery.start_soon(self._answer, request, ElicitRequestParams, self.on_elicit)
+        elif request.method == "sampling/createMessage" and self.on_sample is not None:
+            assert self.nursery is not None
+            self.nursery.start_soon(self._answer, request, CreateMessageParams, self.on_sample)
         else:
             await self.respond_error(
                 request.id, McpError(METHOD_NOT_FOUND, f"Method not found: {request.method}")
             )
+
+    async def _answer(
+        self, request: jsonrpc.Request, params_type: type[Any], handler: Callable[[Any], Awaitable[Any]]
+    ) -> None:
+        try:
+            result = await handler(structure(request.params, params_type))
+        except McpError as exc:
+            await self.respond_error(request.id, exc)
+        else:
+            await self.respond(request.id, unstructure(result))
 
     async def on_notification(self, notification: jsonrpc.Notification) -> None:
         try:
@@ -88,7 +128,7 @@ class Client(Endpoint):
             "initialize",
             {
                 "protocolVersion": protocol_version,
-                "capabilities": capabilities or {},
+                "capabilities": capabilities if capabilities is not None else self.capabilities,
                 "clientInfo": unstructure(client_info),
             },
         )
@@ -202,9 +242,19 @@ class Client(Endpoint):
 
 
 @asynccontextmanager
-async def connect(transport: Transport, *, initialize: bool = True) -> AsyncIterator[Client]:
-    """Run a client on ``transport`` (and, by default, perform the handshake)."""
-    client = Client(transport)
+async def connect(
+    transport: Transport,
+    *,
+    initialize: bool = True,
+    on_elicit: ElicitationHandler | None = None,
+    on_sample: SamplingHandler | None = None,
+) -> AsyncIterator[Client]:
+    """Run a client on ``transport`` (and, by default, perform the handshake).
+
+    ``on_elicit`` / ``on_sample`` answer the server's elicitation and sampling requests;
+    the client declares those capabilities only when given a handler.
+    """
+    client = Client(transport, on_elicit=on_elicit, on_sample=on_sample)
     async with trio.open_nursery() as nursery:
 
         async def reader() -> None:
@@ -226,18 +276,24 @@ async def connect_stdio(command: Sequence[str], **kwargs: Any) -> AsyncIterator[
     """Spawn ``command`` as an MCP server over stdio and connect to it."""
     from ..transports.stdio import open_subprocess_transport
 
-    async with open_subprocess_transport(command, **kwargs) as transport, connect(transport) as client:
+    handlers = {key: kwargs.pop(key) for key in ("on_elicit", "on_sample") if key in kwargs}
+    async with (
+        open_subprocess_transport(command, **kwargs) as transport,
+        connect(transport, **handlers) as client,
+    ):
         yield client
 
 
 @asynccontextmanager
-async def connect_in_memory(server: Server) -> AsyncIterator[Client]:
-    """Serve ``server`` in this process and connect a client to it in memory."""
+async def connect_in_memory(server: Server, **handlers: Any) -> AsyncIterator[Client]:
+    """Serve ``server`` in this process and connect a client to it in memory.
+
+    ``handlers`` (``on_elicit``, ``on_sample``) are passed to :func:`connect`."""
     from ..transports.memory import memory_transport_pair
 
     client_side, server_side = memory_transport_pair()
     async with server.open() as runtime, trio.open_nursery() as nursery:
         nursery.start_soon(runtime.serve, server_side)
-        async with connect(client_side) as client:
+        async with connect(client_side, **handlers) as client:
             yield client
         nursery.cancel_scope.cancel()

@@ -6,7 +6,16 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..protocol.messages import RELATED_TASK_KEY, LoggingLevel
+from ..protocol.converter import structure, unstructure
+from ..protocol.errors import INVALID_REQUEST, McpError
+from ..protocol.messages import (
+    RELATED_TASK_KEY,
+    CreateMessageParams,
+    CreateMessageResult,
+    ElicitResult,
+    LoggingLevel,
+    SamplingMessage,
+)
 
 if TYPE_CHECKING:
     from .session import SessionActor
@@ -69,6 +78,60 @@ class Context:
         if related is not None:
             params["_meta"] = related
         return self._session.notify("notifications/progress", params)
+
+    async def elicit(self, message: str, schema: dict[str, Any]) -> ElicitResult:
+        """Ask the user for input through the client (``elicitation/create``).
+
+        ``schema`` is the flat JSON Schema object of what to ask (``{"type": "object",
+        "properties": {...}}``). In a task, the task is ``input_required`` until the answer
+        arrives, and the request carries the related-task ``_meta``; if the task is cancelled
+        meanwhile, the wait stops at once. Returns the client's ``accept`` (with ``content``),
+        ``decline`` or ``cancel``. Raises :class:`McpError` if the client did not declare the
+        ``elicitation`` capability.
+
+        >>> # answer = await ctx.elicit("Your name?", {"type": "object",
+        >>> #     "properties": {"name": {"type": "string"}}, "required": ["name"]})
+        """
+        params: dict[str, Any] = {"message": message, "requestedSchema": schema}
+        result = await self._ask_client("elicitation", "elicitation/create", params, message)
+        return structure(result, ElicitResult)
+
+    async def sample(
+        self,
+        messages: list[str | SamplingMessage],
+        *,
+        max_tokens: int,
+        system_prompt: str | None = None,
+        temperature: float | None = None,
+    ) -> CreateMessageResult:
+        """Ask the client's model for a completion (``sampling/createMessage``).
+
+        Plain strings are user text messages. Same task behaviour as :meth:`elicit`.
+        """
+        request = CreateMessageParams(
+            messages=[
+                m if isinstance(m, SamplingMessage) else SamplingMessage("user", {"type": "text", "text": m})
+                for m in messages
+            ],
+            max_tokens=max_tokens,
+            system_prompt=system_prompt,
+            temperature=temperature,
+        )
+        result = await self._ask_client("sampling", "sampling/createMessage", unstructure(request), None)
+        return structure(result, CreateMessageResult)
+
+    async def _ask_client(
+        self, capability: str, method: str, params: dict[str, Any], status: str | None
+    ) -> dict[str, Any]:
+        if capability not in self._session.client_capabilities:
+            raise McpError(
+                INVALID_REQUEST, f"The client does not support {capability} (capability not declared)"
+            )
+        if self._task is None:
+            return await self._session.request(method, params)
+        params["_meta"] = self._related()
+        with self._task.awaiting_input(status):
+            return await self._session.request(method, params)
 
     def set_status(self, message: str | None) -> None:
         """Set the task's ``statusMessage`` (a no-op for an ordinary call)."""

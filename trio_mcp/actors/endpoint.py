@@ -48,6 +48,7 @@ class Endpoint:
         self._ids = itertools.count(1)
         self.dropped = 0
         self.closed = False
+        self.nursery: trio.Nursery | None = None
 
     # -- outgoing -------------------------------------------------------------------------
     async def send(self, data: bytes) -> None:
@@ -84,6 +85,10 @@ class Endpoint:
         try:
             await self.send(jsonrpc.encode_request(request_id, method, params))
             return await reply.wait()
+        except trio.Cancelled:
+            if not reply.answered:  # tell the peer to stop working on it
+                self.notify("notifications/cancelled", {"requestId": request_id, "reason": "cancelled"})
+            raise
         finally:
             self._pending.pop(request_id, None)
 
@@ -146,6 +151,7 @@ class Endpoint:
 
     async def run_connection(self, nursery: trio.Nursery) -> None:
         """Read until the peer hangs up; the writer runs in ``nursery`` and is stopped here."""
+        self.nursery = nursery
         nursery.start_soon(self._write_loop)
         try:
             await self._read_loop()

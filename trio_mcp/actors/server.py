@@ -56,6 +56,7 @@ class RegisteredTool:
     fn: Callable[..., Awaitable[Any]]
     spec: ArgumentSpec
     context_param: str | None
+    immediate_response: str | None = None
 
     @property
     def name(self) -> str:
@@ -149,9 +150,12 @@ class Server:
         description: str | None = None,
         task_support: TaskSupport = "optional",
         annotations: dict[str, Any] | None = None,
+        immediate_response: str | None = None,
     ) -> Callable[[F], F]:
         """Register an async function as a tool. Its ``inputSchema`` comes from its type hints;
-        a parameter annotated :class:`Context` receives the call's context."""
+        a parameter annotated :class:`Context` receives the call's context.
+        ``immediate_response`` is text for the model while a task runs, sent as
+        ``_meta["io.modelcontextprotocol/model-immediate-response"]`` of the CreateTaskResult."""
 
         def register(fn: F) -> F:
             self.add_tool(
@@ -161,6 +165,7 @@ class Server:
                 description=description,
                 task_support=task_support,
                 annotations=annotations,
+                immediate_response=immediate_response,
             )
             return fn
 
@@ -175,6 +180,7 @@ class Server:
         description: str | None = None,
         task_support: TaskSupport = "optional",
         annotations: dict[str, Any] | None = None,
+        immediate_response: str | None = None,
     ) -> RegisteredTool:
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"tool {fn.__qualname__} must be an async function")
@@ -192,7 +198,7 @@ class Server:
             annotations=annotations,
             execution=ToolExecution(task_support=task_support),
         )
-        registered = RegisteredTool(tool, fn, spec, context_param)
+        registered = RegisteredTool(tool, fn, spec, context_param, immediate_response)
         self.tools[tool_name] = registered
         return registered
 

@@ -22,6 +22,7 @@ from ..protocol import jsonrpc
 from ..protocol.converter import structure, unstructure
 from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, McpError
 from ..protocol.messages import (
+    MODEL_IMMEDIATE_RESPONSE_KEY,
     RELATED_TASK_KEY,
     CallToolParams,
     CancelledParams,
@@ -265,7 +266,8 @@ class SessionActor(Endpoint):
             self.supervisor, lambda reply: CreateTask(self.owner, work, ttl, self._task_changed, reply)
         )
         # Answer first, then start: no status notification can overtake the CreateTaskResult.
-        await self.respond(request.id, unstructure(CreateTaskResult(task=actor.task)))
+        meta = {MODEL_IMMEDIATE_RESPONSE_KEY: tool.immediate_response} if tool.immediate_response else None
+        await self.respond(request.id, unstructure(CreateTaskResult(task=actor.task, meta=meta)))
         actor.tell(Start())
         return NO_RESPONSE
 

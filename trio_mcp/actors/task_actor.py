@@ -14,7 +14,8 @@ single thread makes each handler atomic, so they share the actor's state safely.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import attrs
@@ -107,6 +108,7 @@ class TaskActor(Actor[TaskMessage]):
         self._on_terminal = on_terminal
         self._waiters: list[Reply[TaskOutcome]] = []
         self._scope = trio.CancelScope()
+        self._input_waits = 0
 
     @property
     def task_id(self) -> str:
@@ -127,6 +129,23 @@ class TaskActor(Actor[TaskMessage]):
             self.task, status=status, status_message=message, last_updated_at=self._clock()
         )
         self._on_change(self.task)
+
+    @contextlib.contextmanager
+    def awaiting_input(self, message: str | None = None) -> Iterator[None]:
+        """Hold the task in ``input_required`` while the block waits for the requestor.
+
+        Nested or concurrent waits keep it there until the last one ends; then it returns to
+        ``working``. A task cancelled meanwhile stays ``cancelled``.
+        """
+        self._input_waits += 1
+        if self._input_waits == 1 and self.task.status == TaskStatus.WORKING:
+            self._transition(TaskStatus.INPUT_REQUIRED, message)
+        try:
+            yield
+        finally:
+            self._input_waits -= 1
+            if self._input_waits == 0 and self.task.status == TaskStatus.INPUT_REQUIRED:
+                self._transition(TaskStatus.WORKING, None)
 
     def set_status_message(self, message: str | None) -> None:
         """Update ``statusMessage`` of a live task (from the work's context)."""

@@ -228,3 +228,57 @@ class LoggingMessageParams:
     level: LoggingLevel
     data: Any
     logger: str | None = None
+
+
+ElicitAction = Literal["accept", "decline", "cancel"]
+
+
+@attrs.frozen
+class ElicitRequestParams:
+    """``elicitation/create`` (form mode): a message and a flat JSON Schema of what to ask."""
+
+    message: str
+    requested_schema: dict[str, Any]
+    task: TaskMetadata | None = None
+    meta: Meta | None = None
+
+
+@attrs.frozen
+class ElicitResult:
+    action: ElicitAction
+    content: dict[str, Any] | None = None
+    meta: Meta | None = None
+
+
+@attrs.frozen
+class SamplingMessage:
+    role: Literal["user", "assistant"]
+    content: dict[str, Any]
+
+
+@attrs.frozen
+class CreateMessageParams:
+    """``sampling/createMessage``."""
+
+    messages: list[SamplingMessage]
+    max_tokens: int
+    system_prompt: str | None = None
+    temperature: float | None = None
+    stop_sequences: list[str] | None = None
+    model_preferences: dict[str, Any] | None = None
+    include_context: str | None = None
+    task: TaskMetadata | None = None
+    meta: Meta | None = None
+
+
+@attrs.frozen
+class CreateMessageResult:
+    role: Literal["user", "assistant"]
+    content: dict[str, Any]
+    model: str
+    stop_reason: str | None = None
+    meta: Meta | None = None
+
+    @property
+    def text(self) -> str:
+        return str(self.content.get("text", "")) if self.content.get("type") == "text" else ""

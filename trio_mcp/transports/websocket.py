@@ -24,8 +24,9 @@ Transport (:class:`WebSocketTransport`)
 Server (:func:`serve_websocket`)
     Security defaults:
 
-    * It binds **127.0.0.1** unless told otherwise. The transport has no TLS: expose it beyond
-      the local machine only behind a TLS-terminating proxy (``wss://``).
+    * It binds **127.0.0.1** unless told otherwise, and speaks plain ``ws://`` unless given an
+      ``ssl_context`` (then ``wss://``). Expose it beyond the local machine only over TLS and
+      with ``authenticate`` set.
     * **Origin** is checked on every handshake (browsers always send it; that is what stops a
       web page the user visits from driving a local server, "DNS rebinding"/CSRF). A request
       without ``Origin`` is a non-browser client and is allowed. The default allow-list,
@@ -91,6 +92,7 @@ import ipaddress
 import logging
 import math
 import re
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, NoReturn
@@ -163,6 +165,9 @@ _TOKEN = re.compile(r"[\x21-\x7e]+")  # visible ASCII: what may go into an HTTP 
 
 Authenticator = Callable[[str], Awaitable[str | None] | str | None]
 """Maps a bearer token to an identity, or to None to refuse it. May be sync or async."""
+
+Owner = tuple[str, str] | None
+"""What a connection's tasks are owned by: ``("identity", identity)``, or None for the connection."""
 
 OriginPolicy = Iterable[str] | Callable[[str], bool]
 """An allow-list of origin patterns (see :data:`DEFAULT_ALLOWED_ORIGINS`) or a predicate."""
@@ -398,6 +403,7 @@ async def serve_websocket(
     ping_interval: float | None = DEFAULT_PING_INTERVAL,
     ping_timeout: float | None = None,
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+    ssl_context: ssl.SSLContext | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Serve MCP over WebSocket on ``host:port`` until cancelled.
@@ -411,112 +417,122 @@ async def serve_websocket(
     ``origin -> bool``; requests without ``Origin`` are always allowed. ``authenticate``: see
     the module docstring; e.g. ``authenticate={"s3cret": "alice"}.get`` (prefer a constant-time
     comparison such as :func:`hmac.compare_digest` for real tokens). ``ping_interval=None``
-    turns the keep-alive off. If ``host`` resolves to several addresses and ``port`` is 0, each
-    listener gets its own port and the first one is reported: pass a literal address.
+    turns the keep-alive off. ``ssl_context`` (a server-side context with a certificate) serves
+    ``wss://``. If ``host`` resolves to several addresses and ``port`` is 0, each listener gets
+    its own port and the first one is reported: pass a literal address.
     """
     if max_message_size < 1:
         raise ValueError("max_message_size must be at least 1")
     if ping_interval is not None and not (math.isfinite(ping_interval) and ping_interval > 0):
         raise ValueError("ping_interval must be a positive number of seconds, or None")
-    if ping_timeout is None:
-        ping_timeout = ping_interval
-    elif not (math.isfinite(ping_timeout) and ping_timeout > 0):
+    pong_wait = ping_interval if ping_timeout is None else ping_timeout
+    if pong_wait is not None and not (math.isfinite(pong_wait) and pong_wait > 0):
         raise ValueError("ping_timeout must be a positive number of seconds")
     origin_allowed = _origin_check(allowed_origins)
 
+    async def handshake(request: WebSocketRequest) -> tuple[WebSocketConnection, Owner] | None:
+        """Accept (→ the connection and its tasks' owner) or refuse (→ None) a handshake."""
+        origins = _headers(request, b"origin")
+        if len(origins) > 1 or (origins and not origin_allowed(origins[0])):
+            log.info("refused websocket from origin %r", origins)
+            await request.reject(403, body=b"origin not allowed\n")
+            return None
+        offered = request.proposed_subprotocols
+        if offered and SUBPROTOCOL not in offered:
+            log.info("refused websocket offering subprotocols %r", offered)
+            await request.reject(400, body=b"unsupported subprotocol: offer 'mcp'\n")
+            return None
+        owner: Owner = None
+        if authenticate is not None:
+            token = _bearer_token(request)
+            try:
+                identity = await _authenticate(authenticate, token) if token is not None else None
+            except Exception as exc:
+                log.error("authenticate() failed: %r", exc, exc_info=exc)
+                await request.reject(500, body=b"authentication failed\n")
+                return None
+            if identity is None:
+                log.info("refused websocket: %s bearer token", "invalid" if token else "missing")
+                await request.reject(
+                    401,
+                    extra_headers=[(b"WWW-Authenticate", b'Bearer realm="mcp"')],
+                    body=b"a valid bearer token is required\n",
+                )
+                return None
+            owner = ("identity", identity)
+        subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered else None
+        connection = await request.accept(subprotocol=subprotocol)
+        return connection, owner
+
     async with _running(server_or_runtime) as runtime:
 
-        async def handle_stream(stream: trio.SocketStream) -> None:
-            try:
-                async with stream:
-                    await _serve_stream(stream)
-            except Exception as exc:  # one broken connection must not take the server down
-                if _is_disconnect(exc):
-                    log.debug("connection ended: %r", exc)
-                else:
-                    log.error("websocket connection failed: %r", exc, exc_info=exc)
+        async def run_session(transport: WebSocketTransport, owner: Owner) -> None:
+            log.debug("websocket session %s started (owner %r)", transport.connection, owner)
+            async with trio.open_nursery() as nursery:
+                if ping_interval is not None:
+                    assert pong_wait is not None
+                    nursery.start_soon(_keep_alive, transport, nursery.cancel_scope, ping_interval, pong_wait)
+                await runtime.serve(transport, owner=owner)
+                nursery.cancel_scope.cancel()
+            log.debug("websocket session %s ended", transport.connection)
 
-        async def _serve_stream(stream: trio.SocketStream) -> None:
+        async def serve_stream(stream: trio.abc.Stream) -> None:
             async with trio.open_nursery() as nursery:  # trio-websocket's reader runs here
-                connection: WebSocketConnection | None = None
-                owner: tuple[str, str] | None = None
+                accepted = None
                 with trio.move_on_after(handshake_timeout):
+                    if isinstance(stream, trio.SSLStream):
+                        await stream.do_handshake()
                     request = await trio_websocket.wrap_server_stream(
                         nursery,
                         stream,
                         max_message_size=max_message_size,
                         receive_buffer_size=_RECEIVE_BUFFER_SIZE,
                     )
-                    accepted = await _handshake(request)
-                    if accepted is not None:
-                        connection, owner = accepted
-                if connection is None:
+                    accepted = await handshake(request)
+                if accepted is None:
                     nursery.cancel_scope.cancel()
                     return
+                connection, owner = accepted
                 transport = WebSocketTransport(connection, max_message_size=max_message_size)
                 try:
-                    await _run_session(transport, owner)
+                    await run_session(transport, owner)
                 finally:
                     with trio.CancelScope(shield=True):
                         await transport.aclose()
                     nursery.cancel_scope.cancel()
 
-        async def _handshake(
-            request: WebSocketRequest,
-        ) -> tuple[WebSocketConnection, tuple[str, str] | None] | None:
-            """Accept (→ connection and owner) or reject (→ None) an opening handshake."""
-            origins = _headers(request, b"origin")
-            if len(origins) > 1 or (origins and not origin_allowed(origins[0])):
-                log.info("refused websocket from origin %r", origins)
-                await request.reject(403, body=b"origin not allowed\n")
-                return None
-            offered = request.proposed_subprotocols
-            if offered and SUBPROTOCOL not in offered:
-                log.info("refused websocket offering subprotocols %r", offered)
-                await request.reject(400, body=b"unsupported subprotocol: offer 'mcp'\n")
-                return None
-            owner: tuple[str, str] | None = None
-            if authenticate is not None:
-                token = _bearer_token(request)
-                try:
-                    identity = await _authenticate(authenticate, token) if token is not None else None
-                except Exception as exc:
-                    log.error("authenticate() failed: %r", exc, exc_info=exc)
-                    await request.reject(500, body=b"authentication failed\n")
-                    return None
-                if identity is None:
-                    log.info("refused websocket: %s bearer token", "invalid" if token else "missing")
-                    await request.reject(
-                        401,
-                        extra_headers=[(b"WWW-Authenticate", b'Bearer realm="mcp"')],
-                        body=b"a valid bearer token is required\n",
-                    )
-                    return None
-                owner = ("identity", identity)
-            subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered else None
-            connection = await request.accept(subprotocol=subprotocol)
-            return connection, owner
+        async def handle_stream(stream: trio.abc.Stream) -> None:
+            try:
+                async with stream:
+                    await serve_stream(stream)
+            except Exception as exc:  # one broken connection must not take the server down
+                if _is_disconnect(exc):
+                    log.debug("websocket connection ended: %r", exc)
+                else:
+                    log.error("websocket connection failed: %r", exc, exc_info=exc)
 
-        async def _run_session(transport: WebSocketTransport, owner: tuple[str, str] | None) -> None:
-            log.debug("websocket session %s started (owner %r)", transport.connection, owner)
-            async with trio.open_nursery() as nursery:
-                if ping_interval is not None:
-                    assert ping_timeout is not None
-                    nursery.start_soon(
-                        _keep_alive, transport, nursery.cancel_scope, ping_interval, ping_timeout
-                    )
-                await runtime.serve(transport, owner=owner)
-                nursery.cancel_scope.cancel()
-            log.debug("websocket session %s ended", transport.connection)
-
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        listeners: list[trio.abc.Listener[trio.abc.Stream]] = []
+        if ssl_context is None:
+            listeners.extend(await trio.open_tcp_listeners(port, host=host))
+        else:
+            listeners.extend(
+                await trio.open_ssl_over_tcp_listeners(port, ssl_context, host=host, https_compatible=True)
+            )
         async with trio.open_nursery() as nursery:
             await nursery.start(trio.serve_listeners, handle_stream, listeners)
-            bound = listeners[0].socket.getsockname()[1]
+            bound = _listener_port(listeners[0])
             log.info("serving MCP over WebSocket on %s port %d", host, bound)
             task_status.started(bound)
             await trio.sleep_forever()
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _listener_port(listener: trio.abc.Listener[trio.abc.Stream]) -> int:
+    if isinstance(listener, trio.SSLListener):
+        listener = listener.transport_listener
+    assert isinstance(listener, trio.SocketListener)
+    port: int = listener.socket.getsockname()[1]
+    return port
 
 
 async def _keep_alive(
@@ -556,6 +572,28 @@ def _is_disconnect(exc: BaseException) -> bool:
 # ---------------------------------------------------------------------------- the client
 
 
+def _split_url(url: str) -> tuple[str, int, str, str, bool]:
+    """``ws[s]://host[:port]/path?query`` → (host, port, Host header, resource, secure)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("ws", "wss"):
+        raise ValueError(f"a WebSocket URL must start with ws:// or wss://, not {url!r}")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("credentials in the URL are not supported; pass token=")
+    host = parts.hostname
+    if not host:
+        raise ValueError(f"no host in {url!r}")
+    secure = scheme == "wss"
+    default_port = 443 if secure else 80
+    port = parts.port or default_port  # .port raises ValueError for a bad port
+    literal = f"[{host}]" if ":" in host else host
+    host_header = literal if port == default_port else f"{literal}:{port}"
+    resource = parts.path or "/"
+    if parts.query:
+        resource += "?" + parts.query
+    return host, port, host_header, resource, secure
+
+
 @asynccontextmanager
 async def open_websocket_transport(
     url: str,
@@ -565,18 +603,24 @@ async def open_websocket_transport(
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     connect_timeout: float = CONNECT_TIMEOUT,
     close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[WebSocketTransport]:
     """Connect to ``url`` (``ws://`` or ``wss://``) and yield a :class:`WebSocketTransport`.
 
     Offers the subprotocol ``mcp``; sends ``Authorization: Bearer <token>`` if ``token`` is
     given, and ``Origin: <origin>`` if ``origin`` is (a non-browser client normally sends none).
-    ``max_message_size`` limits what the *server* may send us. Leaving the block closes the
-    connection cleanly (bounded by ``close_timeout``).
+    ``max_message_size`` limits what the *server* may send us. ``ssl_context`` is for ``wss://``
+    (default: the system's trusted CAs). Leaving the block closes the connection cleanly
+    (bounded by ``close_timeout``) and always closes the socket.
 
     Raises :class:`trio_websocket.ConnectionRejected` if the server refuses the handshake
     (``status_code`` 401, 403, ...) and :class:`trio_websocket.HandshakeError` if it cannot be
-    reached or does not answer within ``connect_timeout`` seconds.
+    reached (TCP or TLS) or does not complete the handshake within ``connect_timeout`` seconds
+    (:class:`trio_websocket.ConnectionTimeout`).
     """
+    host, port, host_header, resource, secure = _split_url(url)
+    if ssl_context is not None and not secure:
+        raise ValueError("ssl_context is only for wss:// URLs")
     headers: list[tuple[bytes, bytes]] = []
     if token is not None:
         if not _TOKEN.fullmatch(token):
@@ -586,23 +630,95 @@ async def open_websocket_transport(
         if not _TOKEN.fullmatch(origin):
             raise ValueError("origin must be visible ASCII without spaces")
         headers.append((b"Origin", origin.encode("ascii")))
-    async with trio_websocket.open_websocket_url(
-        url,
-        subprotocols=[SUBPROTOCOL],
-        extra_headers=headers,
-        max_message_size=max_message_size,
-        receive_buffer_size=_RECEIVE_BUFFER_SIZE,
-        connect_timeout=connect_timeout,
-        disconnect_timeout=close_timeout,
-    ) as connection:
-        transport = WebSocketTransport(
-            connection, max_message_size=max_message_size, close_timeout=close_timeout
-        )
-        try:
-            yield transport
-        finally:
-            with trio.CancelScope(shield=True):
-                await transport.aclose()
+
+    deadline = trio.current_time() + connect_timeout
+    stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]
+    try:
+        with trio.fail_at(deadline):
+            if secure:
+                tls = await trio.open_ssl_over_tcp_stream(
+                    host, port, ssl_context=ssl_context or ssl.create_default_context(), https_compatible=True
+                )
+                try:
+                    await tls.do_handshake()
+                except BaseException:
+                    await trio.aclose_forcefully(tls)
+                    raise
+                stream = tls
+            else:
+                stream = await trio.open_tcp_stream(host, port)
+    except trio.TooSlowError:
+        raise trio_websocket.ConnectionTimeout from None
+    except (OSError, trio.BrokenResourceError) as exc:
+        raise trio_websocket.HandshakeError(f"cannot connect to {url}: {exc}") from exc
+
+    # trio-websocket's reader runs in our nursery and we own the socket, so it is closed on every
+    # path (open_websocket_url leaks it when the handshake is refused or the server closes first).
+    user_error: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            try:
+                with trio.fail_at(deadline):
+                    connection = await trio_websocket.wrap_client_stream(
+                        nursery,
+                        stream,
+                        host_header,
+                        resource,
+                        subprotocols=[SUBPROTOCOL],
+                        extra_headers=headers,
+                        max_message_size=max_message_size,
+                        receive_buffer_size=_RECEIVE_BUFFER_SIZE,
+                    )
+            except trio.TooSlowError:
+                raise trio_websocket.ConnectionTimeout from None
+            transport = WebSocketTransport(
+                connection, max_message_size=max_message_size, close_timeout=close_timeout
+            )
+            try:
+                yield transport
+            except BaseException as exc:
+                user_error = exc
+                raise
+            finally:
+                with trio.CancelScope(shield=True):
+                    await transport.aclose()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        _raise_unwrapped(group, user_error)
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.aclose_forcefully(stream)
+
+
+def _raise_unwrapped(group: BaseExceptionGroup[BaseException], preferred: BaseException | None) -> NoReturn:
+    """Re-raise the one exception that matters from a nursery's group (the caller's own, or the
+    only one that is not Cancelled, e.g. ConnectionRejected), else the group itself."""
+    leaves: list[BaseException] = []
+
+    def collect(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for sub in exc.exceptions:
+                collect(sub)
+        else:
+            leaves.append(exc)
+
+    collect(group)
+    chosen: BaseException = group
+    if preferred is not None and any(leaf is preferred for leaf in leaves):
+        chosen = preferred
+    else:
+        real = [leaf for leaf in leaves if not isinstance(leaf, trio.Cancelled)]
+        if len(real) == 1:
+            chosen = real[0]
+        elif not real and leaves:
+            chosen = leaves[0]
+    if chosen is group:
+        raise group
+    context = chosen.__context__
+    try:
+        raise chosen
+    finally:
+        chosen.__context__ = context  # don't chain the group (which contains it) as its context
 
 
 @asynccontextmanager
@@ -613,9 +729,12 @@ async def connect_websocket(
     origin: str | None = None,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     connect_timeout: float = CONNECT_TIMEOUT,
+    ssl_context: ssl.SSLContext | None = None,
     initialize: bool = True,
 ) -> AsyncIterator[Client]:
     """Connect a :class:`~trio_mcp.Client` to the MCP server at ``url`` (initialized by default).
+
+    Arguments as for :func:`open_websocket_transport`.
 
     >>> # async with connect_websocket("ws://127.0.0.1:8765/", token="s3cret") as client:
     >>> #     created = await client.call_tool_as_task("sleep", {"seconds": 2})
@@ -629,6 +748,7 @@ async def connect_websocket(
             origin=origin,
             max_message_size=max_message_size,
             connect_timeout=connect_timeout,
+            ssl_context=ssl_context,
         ) as transport,
         connect(transport, initialize=initialize) as client,
     ):

@@ -1,0 +1,254 @@
+"""The connected harness: a server and a client joined in memory, on Trio's mock clock."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Generic, TypeVar
+
+import outcome
+import trio
+import trio.testing
+
+from ..actors.client import Client, ProgressCallback, connect
+from ..actors.server import Server, ServerRuntime
+from ..actors.task_actor import TaskActor
+from .faults import Faults, Link
+from .monitor import Checkpoint, Work, WorkMonitor, instrument_server
+from .trace import Trace
+
+__all__ = ["EPOCH", "Harness", "Pending", "open_harness", "pinned_wall_clock"]
+
+T = TypeVar("T")
+
+EPOCH = 1_767_225_600.0
+"""2026-01-01T00:00:00Z: the harness's wall clock reads ``EPOCH + trio.current_time()``."""
+
+SHUTDOWN_GRACE = 60.0
+"""Mock seconds a closing harness waits for a session to wind down before cancelling it."""
+
+
+def pinned_wall_clock(epoch: float = EPOCH) -> Callable[[], float]:
+    """A ``wall_clock`` for ``Server.open`` that is a pure function of Trio's (mock) time, so
+    ``createdAt`` / ``lastUpdatedAt`` are the same on every run."""
+
+    def wall_clock() -> float:
+        return epoch + trio.current_time()
+
+    return wall_clock
+
+
+class Pending(Generic[T]):
+    """A call running in the background of the harness (see :meth:`Harness.spawn`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._done = trio.Event()
+        self._outcome: outcome.Outcome[T] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._outcome is not None
+
+    @property
+    def outcome(self) -> outcome.Outcome[T] | None:
+        return self._outcome
+
+    @property
+    def error(self) -> BaseException | None:
+        """What the call raised (None while running or if it returned)."""
+        return self._outcome.error if isinstance(self._outcome, outcome.Error) else None
+
+    def result(self) -> T:
+        """The call's return value (or its exception, raised); it must be done."""
+        if self._outcome is None:
+            raise RuntimeError(f"{self.name} is still running")
+        return self._outcome.unwrap()
+
+    async def wait(self) -> T:
+        """Wait for the call to finish; return its value or raise its exception."""
+        await self._done.wait()
+        return self.result()
+
+    async def _run(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> None:
+        result: outcome.Outcome[T] = await outcome.acapture(fn, *args)
+        if isinstance(result, outcome.Error) and isinstance(result.error, trio.Cancelled):
+            result.unwrap()  # propagate: the harness is closing
+        self._outcome = result
+        self._done.set()
+
+
+class Harness:
+    """A running server with a connected client, in memory, on the current (mock) clock.
+
+    Create one with :func:`open_harness` (or the ``mcp_harness`` pytest fixture).
+    """
+
+    client: Client
+    """The first client, connected and initialised."""
+    link: Link
+    """The first client's link (see :mod:`trio_mcp.testing.faults`)."""
+
+    def __init__(
+        self,
+        server: Server,
+        runtime: ServerRuntime,
+        trace: Trace,
+        monitor: WorkMonitor,
+        nursery: trio.Nursery,
+    ) -> None:
+        self.server = server
+        """The server as served: a copy of yours whose tools report to :attr:`monitor`."""
+        self.runtime = runtime
+        self.trace = trace
+        self.monitor = monitor
+        self._nursery = nursery
+        self._links = 0
+        self.links: list[Link] = []
+
+    # -- time -----------------------------------------------------------------------------
+    async def settle(self) -> None:
+        """Return once every other Trio task is blocked: the server is quiescent, so what you
+        assert now is a stable state. Mock time does not move while settling."""
+        await trio.testing.wait_all_tasks_blocked()
+
+    async def advance(self, seconds: float) -> None:
+        """Let ``seconds`` of mock time pass (timers fire on the way, in order), then settle."""
+        await trio.sleep(seconds)
+        await self.settle()
+
+    @property
+    def now(self) -> float:
+        """The current Trio (mock) time in seconds."""
+        return trio.current_time()
+
+    # -- connections ----------------------------------------------------------------------
+    @asynccontextmanager
+    async def connect(
+        self, *, owner: object | None = None, faults: Faults | None = None, initialize: bool = True
+    ) -> AsyncIterator[Client]:
+        """Connect one more client (its own session). ``owner`` binds its tasks to an identity
+        (default: the connection); ``faults`` apply to its link."""
+        self._links += 1
+        link = Link(f"link-{self._links}", self.trace, faults)
+        self.links.append(link)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(link.run)
+            nursery.start_soon(functools.partial(self.runtime.serve, link.server_transport, owner=owner))
+            try:
+                async with connect(link.client_transport, initialize=initialize) as client:
+                    yield client
+            finally:
+                # The client hung up; the session sees it and winds down on its own.
+                nursery.cancel_scope.deadline = trio.current_time() + SHUTDOWN_GRACE
+
+    def drop(self, link: Link | None = None) -> None:
+        """Cut the first client's connection (or ``link``'s) now."""
+        (link or self.link).drop()
+
+    # -- background calls -----------------------------------------------------------------
+    def spawn(self, fn: Callable[..., Awaitable[T]], *args: Any, name: str | None = None) -> Pending[T]:
+        """Run ``fn(*args)`` in the background; returns a :class:`Pending` handle.
+
+        >>> # waiter = harness.spawn(harness.client.task_result, task_id)
+        """
+        pending: Pending[T] = Pending(name or getattr(fn, "__name__", repr(fn)))
+        self._nursery.start_soon(pending._run, fn, args, name=pending.name)
+        return pending
+
+    # -- tasks ----------------------------------------------------------------------------
+    async def start_task(
+        self,
+        tool: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        ttl_ms: int | None = None,
+        on_progress: ProgressCallback | None = None,
+        client: Client | None = None,
+    ) -> str:
+        """Call ``tool`` as a task; return its (raw) task id."""
+        created = await (client or self.client).call_tool_as_task(
+            tool, arguments, ttl_ms=ttl_ms, on_progress=on_progress
+        )
+        return created.task.task_id
+
+    def task_id(self, task: str) -> str:
+        """The raw id of a task given as an alias (``"task-1"``) or raw id."""
+        return self.trace.raw_id(task)
+
+    def actor(self, task: str) -> TaskActor | None:
+        """The live TaskActor of a task still in the server's table."""
+        entry = self.runtime.supervisor.store.get(self.task_id(task))
+        return entry.actor if entry is not None else None
+
+    def work(self, task: str) -> Work | None:
+        """The monitor's record of the task's work (None before it starts)."""
+        return self.monitor.work_for_task(self.task_id(task))
+
+    def checkpoints(self, task: str) -> list[Checkpoint]:
+        """Checkpoints the task's work has passed so far."""
+        work = self.work(task)
+        return list(work.checkpoints) if work is not None else []
+
+    def status(self, task: str) -> str | None:
+        """The task's status as the server holds it now (None once it left the table)."""
+        actor = self.actor(task)
+        return actor.status.value if actor is not None else None
+
+
+@asynccontextmanager
+async def open_harness(
+    server: Server,
+    *,
+    faults: Faults | None = None,
+    owner: object | None = None,
+    epoch: float = EPOCH,
+    trace: Trace | None = None,
+    initialize: bool = True,
+    require_mock_clock: bool = True,
+) -> AsyncIterator[Harness]:
+    """Serve ``server`` and connect a client to it in memory; yields a :class:`Harness`.
+
+    Run it under ``trio.testing.MockClock(autojump_threshold=0)`` (the pytest fixtures and
+    :func:`trio_mcp.testing.run` do): sleeps, poll intervals and TTLs then take no real time.
+    Tasks are stamped with ``epoch + trio.current_time()``. ``faults`` apply to the first
+    client's link and to ``server``'s tools.
+    """
+    clock = trio.lowlevel.current_clock()
+    if require_mock_clock and not isinstance(clock, trio.testing.MockClock):
+        raise RuntimeError(
+            "open_harness needs a trio.testing.MockClock (autojump_threshold=0): run under "
+            "trio_mcp.testing.run(), or request the `mcp_clock` / `autojump_clock` fixture"
+        )
+    trace = trace if trace is not None else Trace()
+    monitor = WorkMonitor()
+    served = instrument_server(server, monitor, faults)
+    trio.lowlevel.add_instrument(monitor)
+    try:
+        async with (
+            served.open(tracer=trace, wall_clock=pinned_wall_clock(epoch)) as runtime,
+            trio.open_nursery() as nursery,
+        ):
+            harness = Harness(served, runtime, trace, monitor, nursery)
+            async with harness.connect(owner=owner, faults=faults, initialize=initialize) as client:
+                harness.client = client
+                harness.link = harness.links[0]
+                yield harness
+            nursery.cancel_scope.cancel()
+    finally:
+        trio.lowlevel.remove_instrument(monitor)
+
+
+def run(
+    async_fn: Callable[..., Awaitable[T]],
+    *args: Any,
+    clock: trio.abc.Clock | None = None,
+    instruments: tuple[trio.abc.Instrument, ...] = (),
+) -> T:
+    """``trio.run`` on a fresh ``MockClock(autojump_threshold=0)``."""
+    if clock is None:
+        clock = trio.testing.MockClock(autojump_threshold=0)
+    return trio.run(async_fn, *args, clock=clock, instruments=instruments)
+
+

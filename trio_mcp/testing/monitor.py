@@ -1,0 +1,236 @@
+"""Watching tool work at the level of Trio checkpoints, with Trio's public instrumentation API.
+
+The harness serves a *copy* of your :class:`~trio_mcp.Server` whose tools are wrapped: when a
+tool starts, the wrapper registers the Trio task running it (for a task-augmented call, the
+task a ``TaskActor`` spawns for ``_run_work``; for a plain call, the session's request task)
+with a :class:`WorkMonitor`. The monitor is a :class:`trio.abc.Instrument`:
+
+- ``after_task_step`` of a watched task means the work just suspended at a checkpoint: it is
+  counted, and located (file, line, function) with :meth:`trio.lowlevel.Task.iter_await_frames`;
+- ``task_spawned`` / ``task_exited`` keep the set of live Trio tasks, to find leftovers.
+
+Only checkpoints taken while the tool function is on the stack are counted, so a tool's
+checkpoints are numbered 1, 2, 3, … from its first suspension, the same way on every run.
+"""
+
+from __future__ import annotations
+
+import copy
+import linecache
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+import trio
+
+import trio_mcp
+
+from ..actors.context import Context
+from ..actors.server import RegisteredTool, Server
+from .faults import Faults, ToolFault
+
+__all__ = ["Checkpoint", "Work", "WorkMonitor", "instrument_server"]
+
+_CTX_KEY = "__trio_mcp_testing_ctx__"
+_SKIP_DIRS = tuple(os.path.dirname(m.__file__ or "") + os.sep for m in (trio, trio_mcp))
+
+
+@attrs.frozen
+class Checkpoint:
+    """Where a tool's work suspended: its ``number`` (1-based) and the innermost frame of your
+    code (outside Trio and trio-mcp) at that moment."""
+
+    number: int
+    time: float
+    filename: str
+    lineno: int
+    function: str
+
+    @property
+    def line(self) -> str:
+        """The source line of the checkpoint, stripped."""
+        return linecache.getline(self.filename, self.lineno).strip()
+
+    @property
+    def where(self) -> str:
+        return f"{os.path.basename(self.filename)}:{self.lineno} in {self.function}"
+
+    def __str__(self) -> str:
+        return f"checkpoint {self.number} at {self.where}: {self.line}"
+
+
+@attrs.define(eq=False)
+class Work:
+    """One run of one tool, as the monitor saw it."""
+
+    tool: str
+    task_id: str | None
+    """The MCP task id (raw) of a task-augmented call; None for a plain call."""
+    trio_task: trio.lowlevel.Task
+    checkpoints: list[Checkpoint] = attrs.Factory(list)
+    finished: bool = False
+    error: BaseException | None = None
+    """What the tool function raised (``trio.Cancelled`` included), if anything."""
+
+
+CheckpointHook = Callable[[Work, Checkpoint], None]
+
+
+class WorkMonitor(trio.abc.Instrument):
+    """Counts and locates the checkpoints of tool work; tracks live Trio tasks.
+
+    ``on_checkpoint(work, checkpoint)`` hooks run synchronously when the work has just
+    suspended, before any other task runs: the right moment to inject a cancellation.
+    """
+
+    def __init__(self) -> None:
+        self.works: list[Work] = []
+        self.hooks: list[CheckpointHook] = []
+        self.hook_errors: list[BaseException] = []
+        self._watched: dict[trio.lowlevel.Task, Work] = {}
+        self._live: dict[trio.lowlevel.Task, None] = {}
+
+    # -- instrument hooks -----------------------------------------------------------------
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self._live[task] = None
+
+    def task_exited(self, task: trio.lowlevel.Task) -> None:
+        self._live.pop(task, None)
+        work = self._watched.pop(task, None)
+        if work is not None:
+            work.finished = True
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        work = self._watched.get(task)
+        if work is None:
+            return
+        checkpoint = _locate(task, len(work.checkpoints) + 1)
+        work.checkpoints.append(checkpoint)
+        for hook in list(self.hooks):
+            try:
+                hook(work, checkpoint)
+            except BaseException as exc:  # never let Trio drop the instrument
+                self.hook_errors.append(exc)
+
+    # -- queries --------------------------------------------------------------------------
+    def live_tasks(self) -> list[trio.lowlevel.Task]:
+        """Trio tasks spawned since the monitor was installed and not yet exited."""
+        return list(self._live)
+
+    def works_of(self, tool: str) -> list[Work]:
+        return [w for w in self.works if w.tool == tool]
+
+    def work_for_task(self, task_id: str) -> Work | None:
+        for work in self.works:
+            if work.task_id == task_id:
+                return work
+        return None
+
+    # -- used by the tool wrapper ---------------------------------------------------------
+    @contextmanager
+    def watch(self, tool: str, task_id: str | None) -> Iterator[Work]:
+        trio_task = trio.lowlevel.current_task()
+        work = Work(tool, task_id, trio_task)
+        self.works.append(work)
+        self._watched[trio_task] = work
+        try:
+            yield work
+        except BaseException as exc:
+            work.error = exc
+            raise
+        finally:
+            work.finished = True
+            self._watched.pop(trio_task, None)
+
+
+def _locate(task: trio.lowlevel.Task, number: int) -> Checkpoint:
+    frames = list(task.iter_await_frames())
+    chosen = None
+    for frame, lineno in reversed(frames):
+        if not frame.f_code.co_filename.startswith(_SKIP_DIRS):
+            chosen = (frame, lineno)
+            break
+    if chosen is None and frames:
+        chosen = frames[-1]
+    if chosen is None:
+        return Checkpoint(number, trio.current_time(), "?", 0, "?")
+    frame, lineno = chosen
+    return Checkpoint(number, trio.current_time(), frame.f_code.co_filename, lineno, frame.f_code.co_name)
+
+
+class FaultContext(Context):
+    """A :class:`Context` that raises a planted error at the n-th ``report_progress`` call and
+    otherwise forwards everything to the real context."""
+
+    def __init__(self, inner: Context, faults: list[ToolFault]) -> None:  # no super().__init__: a proxy
+        self._inner = inner
+        self._faults = faults
+        self._progress_calls = 0
+
+    @property
+    def task_id(self) -> str | None:
+        return self._inner.task_id
+
+    async def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> bool:
+        self._progress_calls += 1
+        for fault in self._faults:
+            if fault.at_progress == self._progress_calls:
+                raise fault.error
+        return await self._inner.report_progress(progress, total, message)
+
+    def set_status(self, message: str | None) -> None:
+        self._inner.set_status(message)
+
+    def log(self, level: Any, data: Any, logger: str | None = None) -> bool:
+        return self._inner.log(level, data, logger)
+
+
+def _wrap(registered: RegisteredTool, monitor: WorkMonitor, faults: Faults) -> RegisteredTool:
+    fn = registered.fn
+    name = registered.name
+    context_param = registered.context_param
+    tool_faults = faults.for_tool(name)
+    at_checkpoint = [f for f in tool_faults if f.at_checkpoint is not None]
+
+    async def wrapped(**kwargs: Any) -> Any:
+        ctx: Context = kwargs.pop(_CTX_KEY)
+        if context_param is not None:
+            kwargs[context_param] = FaultContext(ctx, tool_faults) if tool_faults else ctx
+        with monitor.watch(name, ctx.task_id) as work:
+            if not at_checkpoint:
+                return await fn(**kwargs)
+            scope = trio.CancelScope()
+            planted: list[BaseException] = []
+
+            def inject(seen: Work, checkpoint: Checkpoint) -> None:
+                if seen is work:
+                    for fault in at_checkpoint:
+                        if fault.at_checkpoint == checkpoint.number and not planted:
+                            planted.append(fault.error)
+                            scope.cancel()
+
+            monitor.hooks.append(inject)
+            try:
+                with scope:
+                    return await fn(**kwargs)
+            finally:
+                monitor.hooks.remove(inject)
+                if planted and scope.cancelled_caught:
+                    raise planted[0]
+
+    wrapped.__name__ = getattr(fn, "__name__", name)
+    wrapped.__qualname__ = getattr(fn, "__qualname__", name)
+    return RegisteredTool(registered.tool, wrapped, registered.spec, _CTX_KEY)
+
+
+def instrument_server(server: Server, monitor: WorkMonitor, faults: Faults | None = None) -> Server:
+    """A shallow copy of ``server`` whose tools report to ``monitor`` (the original is left
+    untouched; the wire description of every tool is the same)."""
+    clone = copy.copy(server)
+    plan = faults if faults is not None else Faults()
+    clone.tools = {name: _wrap(tool, monitor, plan) for name, tool in server.tools.items()}
+    return clone
