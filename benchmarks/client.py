@@ -42,6 +42,8 @@ class RunResult:
     latencies: list[float]
     results: list[Any]
     errors: dict[int, dict[str, Any]] = field(default_factory=dict)
+    windows: list[tuple[float, float]] = field(default_factory=list)
+    """(start, end) of the timed part on the system-wide monotonic clock, one per merged run."""
 
     @property
     def rate(self) -> float:
@@ -67,6 +69,7 @@ def merge(runs: Sequence[RunResult]) -> RunResult:
         merged.latencies.extend(run.latencies)
         merged.results.extend(run.results)
         merged.errors.update({offset + i: e for i, e in run.errors.items()})
+        merged.windows.extend(run.windows)
     return merged
 
 
@@ -209,6 +212,7 @@ class LoadClient:
         perf_counter = time.perf_counter
         loads = json.loads
         prefix = _NOTIFICATION_PREFIX
+        started = time.monotonic()
         start = perf_counter()
         give_up = start + self.timeout
         while done < n:
@@ -256,7 +260,7 @@ class LoadClient:
                     results[index] = message.get("result")
                 done += 1
         seconds = perf_counter() - start
-        return RunResult(n, seconds, latencies, results, errors)
+        return RunResult(n, seconds, latencies, results, errors, [(started, time.monotonic())])
 
     # -- internals --------------------------------------------------------------------------
     def _write_all(self, data: bytes) -> None:

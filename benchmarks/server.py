@@ -5,15 +5,26 @@ The defaults give a long TTL (six hours) so that nothing expires during a benchm
 churn workload starts it with ``--default-ttl-ms 1500 --max-ttl-ms 2000`` (the short-TTL
 variant). Every setting can also come from the environment (``BENCH_DEFAULT_TTL_MS``,
 ``BENCH_MAX_TTL_MS``, ``BENCH_MAX_LIVE``); flags win.
+
+With ``BENCH_GC_LOG=PATH`` it also records Python's garbage collections (``gc.callbacks``:
+count and time per generation, and every full, generation-2 collection with its start on
+the system-wide monotonic clock) and writes them to PATH as JSON at exit, so the harness can
+say how much of a timed run was spent in collector pauses. Recording costs two callbacks per
+collection and keeps a list only of the rare full collections.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
+import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
+from typing import Any
 
 import trio
 
@@ -41,6 +52,38 @@ def build_server(limits: TaskLimits) -> Server:
     return server
 
 
+class GcRecorder:
+    """Totals per generation, and each full collection as ``[monotonic_start, seconds]``."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self.full: list[list[float]] = []
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.monotonic()
+            return
+        took = time.monotonic() - self._started
+        generation = info["generation"]
+        self.count[generation] += 1
+        self.seconds[generation] += took
+        if generation == 2:
+            self.full.append([self._started, took])
+
+    def dump(self, path: str) -> None:
+        data = {"count": self.count, "seconds": self.seconds, "full": self.full}
+        with open(path, "w") as f:
+            json.dump(data, f)
+
+
+def record_gc(path: str) -> None:
+    recorder = GcRecorder()
+    gc.callbacks.append(recorder)
+    atexit.register(recorder.dump, path)
+
+
 def parse_limits(argv: Sequence[str]) -> TaskLimits:
     env = os.environ
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -61,6 +104,8 @@ def parse_limits(argv: Sequence[str]) -> TaskLimits:
 def main(argv: Sequence[str] | None = None) -> None:
     limits = parse_limits(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    if gc_log := os.environ.get("BENCH_GC_LOG"):
+        record_gc(gc_log)
     trio.run(build_server(limits).serve_stdio)
 
 

@@ -417,7 +417,8 @@ async def test_oversized_message_closes_1009(server: Server, payload: str) -> No
 async def test_message_of_exactly_the_limit_passes(server: Server) -> None:
     def request(text: str) -> bytes:
         params = {"name": "echo", "arguments": {"text": text}}
-        return json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}).encode()
+        message = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}
+        return json.dumps(message, ensure_ascii=False).encode()
 
     text = "é" * ((LIMIT - len(request(""))) // 2)  # 2 bytes each in UTF-8
     if len(request(text)) < LIMIT:
@@ -432,25 +433,25 @@ async def test_message_of_exactly_the_limit_passes(server: Server) -> None:
 
 
 async def test_server_shutdown_closes_cleanly(server: Server) -> None:
+    server_scope = trio.CancelScope()
+
+    async def run_server(*, task_status: trio.TaskStatus[int]) -> None:
+        with server_scope:
+            await serve_websocket(server, task_status=task_status)
+
     with trio.fail_after(5):
-        async with open_websocket_transport_after_shutdown(server) as transport:
-            with pytest.raises(trio.EndOfChannel):
-                await transport.receive()
-            assert transport.close_reason is not None and transport.close_reason.code == 1000
-            with pytest.raises(trio.BrokenResourceError):
-                await transport.send(b'{"jsonrpc":"2.0","id":9,"method":"ping"}')
-        with pytest.raises(trio.ClosedResourceError):
-            await transport.send(b"{}")
-
-
-@asynccontextmanager
-async def open_websocket_transport_after_shutdown(server: Server) -> AsyncIterator[WebSocketTransport]:
-    async with trio.open_nursery() as nursery:
-        port: int = await nursery.start(partial(serve_websocket, server))
-        async with open_websocket_transport(url(port)) as transport:
-            assert "result" in await rpc(transport, 1, "initialize", INITIALIZE)
-            nursery.cancel_scope.cancel()  # stop the server; the client stays
-            yield transport
+        async with trio.open_nursery() as nursery:
+            port: int = await nursery.start(run_server)
+            async with open_websocket_transport(url(port)) as transport:
+                assert "result" in await rpc(transport, 1, "initialize", INITIALIZE)
+                server_scope.cancel()  # stop the server; the client stays
+                with pytest.raises(trio.EndOfChannel):
+                    await transport.receive()
+                assert transport.close_reason is not None and transport.close_reason.code == 1000
+                with pytest.raises(trio.BrokenResourceError):
+                    await transport.send(b'{"jsonrpc":"2.0","id":9,"method":"ping"}')
+            with pytest.raises(trio.ClosedResourceError):
+                await transport.send(b"{}")
 
 
 async def test_client_close_cancels_connection_owned_tasks(server: Server, probe: Probe) -> None:
@@ -652,7 +653,7 @@ def make_tls_contexts(directory: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "trio-mcp test")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -713,7 +714,7 @@ def test_parse_host_port(text: str, expected: tuple[str, int]) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "localhost", "host:", "host:http", "host:70000", "::1:80", "[::1]", "[nope]:80", "h:-1", "h:１"],
+    ["", "localhost", "host:", "host:http", "host:70000", "::1:80", "[::1]", "[nope]:80", "h:-1", "h:\uff11"],
 )
 def test_parse_host_port_rejects(text: str) -> None:
     with pytest.raises(ValueError):

@@ -1,0 +1,59 @@
+"""Interop: the reference MCP Python SDK client completes an ``ask`` task over stdio, answering
+the server's elicitation (sent while its ``tasks/result`` is open) through its own callback."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+pytestmark = pytest.mark.filterwarnings("ignore:The experimental tasks API is deprecated:DeprecationWarning")
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEMO = REPO_ROOT / "examples" / "demo_server.py"
+RELATED_TASK_KEY = "io.modelcontextprotocol/related-task"
+
+
+def test_sdk_client_answers_elicitation_of_a_task() -> None:
+    seen: list[types.ElicitRequestParams] = []
+
+    async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        seen.append(params)
+        return types.ElicitResult(action="accept", content={"answer": "blue"})
+
+    async def main() -> None:
+        params = StdioServerParameters(command=sys.executable, args=[str(DEMO)], cwd=REPO_ROOT)
+        async with (
+            stdio_client(params, errlog=sys.stderr) as (read, write),
+            ClientSession(read, write, elicitation_callback=on_elicit) as session,
+        ):
+            with anyio.fail_after(8):
+                await session.initialize()
+                created = await session.experimental.call_tool_as_task(
+                    "ask", {"question": "Favourite colour?"}
+                )
+                task_id = created.task.taskId
+                assert (created.meta or {}).get("io.modelcontextprotocol/model-immediate-response")
+                for _ in range(100):  # poll until the task asks for input
+                    status = await session.experimental.get_task(task_id)
+                    if status.status != "working":
+                        break
+                    await anyio.sleep(0.05)
+                assert status.status == "input_required"
+                result = await session.experimental.get_task_result(task_id, types.CallToolResult)
+                assert not result.isError
+                [block] = result.content
+                assert isinstance(block, types.TextContent) and block.text == "The user answered: blue"
+                assert (await session.experimental.get_task(task_id)).status == "completed"
+
+    anyio.run(main, backend="asyncio")
+    [request] = seen
+    assert request.message == "Favourite colour?"
+    assert request.meta is not None
+    assert (request.meta.model_extra or {}).get(RELATED_TASK_KEY, {}).get("taskId")
