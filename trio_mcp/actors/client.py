@@ -36,7 +36,11 @@ from ..protocol.messages import (
 )
 from ..protocol.versions import LATEST_VERSION
 from ..transports.base import Transport
-from .endpoint import Endpoint
+from .endpoint import NO_RESPONSE, Endpoint
+from .receiver import TaskReceiver
+from .requestor import TaskRequestor
+from .supervisor import TaskSupervisor
+from .task_actor import TaskActor, TaskOutcome
 
 if TYPE_CHECKING:
     from .server import Server
@@ -63,6 +67,10 @@ class Client(Endpoint):
         super().__init__(transport)
         self.on_elicit = on_elicit
         self.on_sample = on_sample
+        self.tasks = TaskRequestor(self)
+        """The server's tasks (the raw requestor API; the methods below wrap it)."""
+        self.receiver: TaskReceiver | None = None
+        """Runs the tasks the server asks of us; set by :func:`connect`."""
         self.server: InitializeResult | None = None
         self._progress: dict[int | str, ProgressCallback] = {}
         self._tokens = itertools.count(1)
@@ -77,31 +85,73 @@ class Client(Endpoint):
             capabilities["elicitation"] = {"form": {}}
         if self.on_sample is not None:
             capabilities["sampling"] = {}
+        if self.receiver is not None and (self.on_elicit or self.on_sample):
+            requests: dict[str, Any] = {}
+            if self.on_elicit is not None:
+                requests["elicitation"] = {"create": {}}
+            if self.on_sample is not None:
+                requests["sampling"] = {"createMessage": {}}
+            capabilities["tasks"] = {"list": {}, "cancel": {}, "requests": requests}
         return capabilities
 
     async def on_request(self, request: jsonrpc.Request) -> None:
         if request.method == "ping":
             await self.respond(request.id, {})
         elif request.method == "elicitation/create" and self.on_elicit is not None:
-            assert self.nursery is not None  # handlers may take long: never block the reader
-            self.nursery.start_soon(self._answer, request, ElicitRequestParams, self.on_elicit)
+            await self._run_handler(request, ElicitRequestParams, self.on_elicit)
         elif request.method == "sampling/createMessage" and self.on_sample is not None:
-            assert self.nursery is not None
-            self.nursery.start_soon(self._answer, request, CreateMessageParams, self.on_sample)
+            await self._run_handler(request, CreateMessageParams, self.on_sample)
+        elif request.method.startswith("tasks/") and self.receiver is not None:
+            await self._serve_tasks(request, self.receiver)
         else:
             await self.respond_error(
                 request.id, McpError(METHOD_NOT_FOUND, f"Method not found: {request.method}")
             )
 
-    async def _answer(
+    async def _run_handler(
         self, request: jsonrpc.Request, params_type: type[Any], handler: Callable[[Any], Awaitable[Any]]
     ) -> None:
-        try:
-            result = await handler(structure(request.params, params_type))
-        except McpError as exc:
-            await self.respond_error(request.id, exc)
+        """Answer a server request with ``handler``: as a task when the server asked for one
+        and we declared task support, else as an ordinary request. Never blocks the reader."""
+        assert self.nursery is not None
+
+        async def plain(request: jsonrpc.Request) -> dict[str, Any]:
+            data: dict[str, Any] = unstructure(await handler(structure(request.params, params_type)))
+            return data
+
+        receiver = self.receiver
+        if isinstance((request.params or {}).get("task"), dict) and receiver is not None:
+
+            async def as_task(request: jsonrpc.Request) -> dict[str, Any]:
+                params = structure(request.params, params_type)
+                ttl = structure((request.params or {})["task"], TaskMetadata).ttl
+
+                async def work(actor: TaskActor) -> TaskOutcome:
+                    return TaskOutcome(result=unstructure(await handler(params)))
+
+                await receiver.create(request, work, ttl)
+                return NO_RESPONSE
+
+            await self.answer(request, as_task)
         else:
-            await self.respond(request.id, unstructure(result))
+            self.nursery.start_soon(self.answer, request, plain)
+
+    async def _serve_tasks(self, request: jsonrpc.Request, receiver: TaskReceiver) -> None:
+        handler = {
+            "tasks/get": receiver.get,
+            "tasks/cancel": receiver.cancel,
+            "tasks/list": receiver.list,
+            "tasks/result": receiver.result,
+        }.get(request.method)
+        if handler is None:
+            await self.respond_error(
+                request.id, McpError(METHOD_NOT_FOUND, f"Method not found: {request.method}")
+            )
+        elif request.method == "tasks/result":
+            assert self.nursery is not None
+            self.nursery.start_soon(self.answer, request, handler)
+        else:
+            await self.answer(request, handler)
 
     async def on_notification(self, notification: jsonrpc.Notification) -> None:
         try:
@@ -200,45 +250,29 @@ class Client(Endpoint):
 
     # -- tasks ----------------------------------------------------------------------------
     async def get_task(self, task_id: str) -> Task:
-        return structure(await self.request("tasks/get", {"taskId": task_id}), Task)
+        return await self.tasks.get(task_id)
 
     async def task_result(self, task_id: str) -> CallToolResult:
         """Wait for the task to end and return what the call would have returned
         (or raise the McpError it would have raised)."""
-        return structure(await self.request("tasks/result", {"taskId": task_id}), CallToolResult)
+        return structure(await self.tasks.result(task_id), CallToolResult)
 
     async def list_tasks(self, cursor: str | None = None) -> ListTasksResult:
-        return structure(
-            await self.request("tasks/list", {"cursor": cursor} if cursor else {}), ListTasksResult
-        )
+        return await self.tasks.list(cursor)
 
-    async def all_tasks(self) -> AsyncIterator[Task]:
+    def all_tasks(self) -> AsyncIterator[Task]:
         """Every task the server lists for us, across pages."""
-        cursor: str | None = None
-        while True:
-            page = await self.list_tasks(cursor)
-            for task in page.tasks:
-                yield task
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
+        return self.tasks.all()
 
     async def cancel_task(self, task_id: str) -> Task:
-        return structure(await self.request("tasks/cancel", {"taskId": task_id}), Task)
+        return await self.tasks.cancel(task_id)
 
     async def poll_task(
         self, task_id: str, *, on_status: StatusCallback | None = None, default_interval_ms: int = 1000
     ) -> Task:
         """Poll ``tasks/get`` until the task is terminal (or ``input_required``), sleeping the
         server's ``pollInterval`` between polls. Returns the last Task seen."""
-        while True:
-            task = await self.get_task(task_id)
-            if on_status is not None:
-                on_status(task)
-            if task.status.is_terminal or task.status == "input_required":
-                return task
-            interval = task.poll_interval if task.poll_interval is not None else default_interval_ms
-            await trio.sleep(interval / 1000)
+        return await self.tasks.poll(task_id, on_status=on_status, default_interval_ms=default_interval_ms)
 
 
 @asynccontextmanager
@@ -256,6 +290,11 @@ async def connect(
     """
     client = Client(transport, on_elicit=on_elicit, on_sample=on_sample)
     async with trio.open_nursery() as nursery:
+        if on_elicit is not None or on_sample is not None:
+            # The client runs tasks for the server too: the same actors as a server session.
+            supervisor = TaskSupervisor()
+            await nursery.start(supervisor.run)
+            client.receiver = TaskReceiver(client, supervisor, owner="server")
 
         async def reader() -> None:
             await client.run_connection(nursery)

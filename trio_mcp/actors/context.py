@@ -12,12 +12,14 @@ from ..protocol.messages import (
     RELATED_TASK_KEY,
     CreateMessageParams,
     CreateMessageResult,
+    CreateTaskResult,
     ElicitResult,
     LoggingLevel,
     SamplingMessage,
 )
 
 if TYPE_CHECKING:
+    from .requestor import TaskRequestor
     from .session import SessionActor
     from .task_actor import TaskActor
 
@@ -119,6 +121,44 @@ class Context:
         )
         result = await self._ask_client("sampling", "sampling/createMessage", unstructure(request), None)
         return structure(result, CreateMessageResult)
+
+    @property
+    def client_tasks(self) -> TaskRequestor:
+        """Follow the tasks the client runs for us: ``get``, ``result``, ``list``, ``cancel``, ``poll``."""
+        return self._session.client_tasks
+
+    async def elicit_task(
+        self, message: str, schema: dict[str, Any], *, ttl_ms: int | None = None
+    ) -> CreateTaskResult:
+        """Ask the client to run an elicitation *as a task* on its side, and return at once.
+
+        Follow it with :attr:`client_tasks` (``poll``, then ``result`` gives the ElicitResult
+        data). Raises :class:`McpError` unless the client declared
+        ``tasks.requests.elicitation.create``.
+        """
+        params: dict[str, Any] = {"message": message, "requestedSchema": schema}
+        return await self._client_task("elicitation", "create", "elicitation/create", params, ttl_ms)
+
+    async def sample_task(
+        self, messages: list[str], *, max_tokens: int, ttl_ms: int | None = None
+    ) -> CreateTaskResult:
+        """Like :meth:`elicit_task`, for ``sampling/createMessage``."""
+        request = CreateMessageParams(
+            messages=[SamplingMessage("user", {"type": "text", "text": m}) for m in messages],
+            max_tokens=max_tokens,
+        )
+        params: dict[str, Any] = unstructure(request)
+        return await self._client_task("sampling", "createMessage", "sampling/createMessage", params, ttl_ms)
+
+    async def _client_task(
+        self, kind: str, verb: str, method: str, params: dict[str, Any], ttl_ms: int | None
+    ) -> CreateTaskResult:
+        declared = self._session.client_capabilities.get("tasks", {}).get("requests", {}).get(kind, {})
+        if not isinstance(declared, dict) or verb not in declared:
+            raise McpError(INVALID_REQUEST, f"The client does not accept task-augmented {method} requests")
+        if self._task is not None:
+            params["_meta"] = self._related()
+        return await self.client_tasks.create(method, params, ttl_ms)
 
     async def _ask_client(
         self, capability: str, method: str, params: dict[str, Any], status: str | None

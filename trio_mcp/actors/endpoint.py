@@ -10,19 +10,25 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 
 from ..protocol import jsonrpc
-from ..protocol.errors import INVALID_REQUEST, McpError
+from ..protocol.errors import INTERNAL_ERROR, INVALID_REQUEST, McpError
 from ..transports.base import MessageTooLarge, Transport
-from .runtime import Reply
+from .runtime import MailboxFull, Reply
 from .trace import Tracer, no_trace
 
 log = logging.getLogger("trio_mcp")
 
 DEFAULT_OUTBOUND_SIZE = 1024
+
+NO_RESPONSE: dict[str, Any] = {}
+"""Returned by a handler that already sent its response itself."""
+
+Handler = Callable[[jsonrpc.Request], Awaitable[dict[str, Any]]]
 
 
 class ConnectionClosed(Exception):
@@ -142,6 +148,26 @@ class Endpoint:
         pending, self._pending = self._pending, {}
         for reply in pending.values():
             reply.fail(ConnectionClosed("connection closed"))
+
+    async def answer(self, request: jsonrpc.Request, handler: Handler) -> None:
+        """Run ``handler`` and send its result, or the JSON-RPC error it stands for.
+
+        Anything but McpError is a bug in a handler: logged, answered -32603, never raised.
+        """
+        try:
+            result = await handler(request)
+        except McpError as exc:
+            await self.respond_error(request.id, exc)
+        except MailboxFull:
+            await self.respond_error(request.id, McpError(INTERNAL_ERROR, "Server overloaded; retry later"))
+        except ConnectionClosed:
+            raise
+        except Exception as exc:
+            log.error("handler for %s failed: %r", request.method, exc, exc_info=exc)
+            await self.respond_error(request.id, McpError(INTERNAL_ERROR, f"Internal error: {exc}"))
+        else:
+            if result is not NO_RESPONSE:
+                await self.respond(request.id, result)
 
     async def on_request(self, request: jsonrpc.Request) -> None:
         await self.respond_error(request.id, McpError(-32601, f"Method not found: {request.method}"))

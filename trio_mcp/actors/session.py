@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -20,37 +19,30 @@ import trio
 
 from ..protocol import jsonrpc
 from ..protocol.converter import structure, unstructure
-from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, McpError
+from ..protocol.errors import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, McpError
 from ..protocol.messages import (
     MODEL_IMMEDIATE_RESPONSE_KEY,
-    RELATED_TASK_KEY,
     CallToolParams,
     CancelledParams,
-    CreateTaskResult,
     InitializeParams,
     InitializeResult,
     PaginatedParams,
     SetLevelParams,
-    Task,
-    TaskIdParams,
 )
 from ..protocol.versions import has_tasks, negotiate
 from ..transports.base import Transport
 from .context import Context, level_passes
-from .endpoint import ConnectionClosed, Endpoint
-from .runtime import MailboxFull, ask
-from .supervisor import CreateTask, ListTasks, OwnerGone, Route, TaskSupervisor
-from .task_actor import AwaitResult, Cancel, Poll, Start, TaskActor, TaskOutcome
+from .endpoint import NO_RESPONSE, Endpoint, Handler
+from .receiver import TaskReceiver
+from .requestor import TaskRequestor
+from .supervisor import OwnerGone, TaskSupervisor
+from .task_actor import TaskActor, TaskOutcome
 
 if TYPE_CHECKING:
     from .server import RegisteredTool, Server
 
 log = logging.getLogger("trio_mcp")
 
-NO_RESPONSE: dict[str, Any] = {}
-"""Returned by a handler that already sent its response itself."""
-
-Handler = Callable[[jsonrpc.Request], Awaitable[dict[str, Any]]]
 
 SERVER_TASK_CAPABILITIES: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
 
@@ -80,19 +72,22 @@ class SessionActor(Endpoint):
         self.client_info: Any = None
         self.log_level: str | None = None
         self._in_flight: dict[jsonrpc.RequestId, trio.CancelScope] = {}
+        self.receiver = TaskReceiver(self, supervisor, self.owner)
+        self.client_tasks = TaskRequestor(self)
+        """Follow the tasks this session's client runs for the server (see Context.elicit_task)."""
         self._nursery: trio.Nursery | None = None
         self._quick: dict[str, Handler] = {
             "ping": self._ping,
             "initialize": self._initialize,
             "tools/list": self._tools_list,
-            "tasks/get": self._tasks_get,
-            "tasks/cancel": self._tasks_cancel,
-            "tasks/list": self._tasks_list,
+            "tasks/get": self._tasks_only(self.receiver.get),
+            "tasks/cancel": self._tasks_only(self.receiver.cancel),
+            "tasks/list": self._tasks_only(self.receiver.list),
             "logging/setLevel": self._set_level,
         }
         self._waiting: dict[str, Handler] = {
             "tools/call": self._tools_call,
-            "tasks/result": self._tasks_result,
+            "tasks/result": self.receiver.result,
         }
 
     @property
@@ -128,7 +123,7 @@ class SessionActor(Endpoint):
             return
         quick = self._quick.get(method)
         if quick is not None:
-            await self._answer(request, quick)
+            await self.answer(request, quick)
             return
         waiting = self._waiting.get(method)
         if waiting is None or (method.startswith("tasks/") and not self.tasks_enabled):
@@ -149,25 +144,9 @@ class SessionActor(Endpoint):
     ) -> None:
         try:
             with scope:
-                await self._answer(request, handler)
+                await self.answer(request, handler)
         finally:
             self._in_flight.pop(request.id, None)
-
-    async def _answer(self, request: jsonrpc.Request, handler: Handler) -> None:
-        try:
-            result = await handler(request)
-        except McpError as exc:
-            await self.respond_error(request.id, exc)
-        except MailboxFull:
-            await self.respond_error(request.id, McpError(INTERNAL_ERROR, "Server overloaded; retry later"))
-        except ConnectionClosed:
-            raise
-        except Exception as exc:
-            log.error("handler for %s failed: %r", request.method, exc, exc_info=exc)
-            await self.respond_error(request.id, McpError(INTERNAL_ERROR, f"Internal error: {exc}"))
-        else:
-            if result is not NO_RESPONSE:
-                await self.respond(request.id, result)
 
     async def on_notification(self, notification: jsonrpc.Notification) -> None:
         if notification.method == "notifications/cancelled":
@@ -262,59 +241,18 @@ class SessionActor(Endpoint):
                 message=result.text if result.is_error else None,
             )
 
-        actor: TaskActor = await ask(
-            self.supervisor, lambda reply: CreateTask(self.owner, work, ttl, self._task_changed, reply)
-        )
-        # Answer first, then start: no status notification can overtake the CreateTaskResult.
         meta = {MODEL_IMMEDIATE_RESPONSE_KEY: tool.immediate_response} if tool.immediate_response else None
-        await self.respond(request.id, unstructure(CreateTaskResult(task=actor.task, meta=meta)))
-        actor.tell(Start())
+        await self.receiver.create(request, work, ttl, meta)
         return NO_RESPONSE
 
-    def _task_changed(self, task: Task) -> None:
-        if not self.closed:
-            self.notify("notifications/tasks/status", unstructure(task))
-
     # -- tasks/* --------------------------------------------------------------------------
-    async def _tasks_get(self, request: jsonrpc.Request) -> dict[str, Any]:
-        self._require_tasks(request)
-        task_id = structure(request.params, TaskIdParams).task_id
-        task: Task = await ask(self.supervisor, lambda reply: Route(self.owner, task_id, Poll(reply)))
-        data: dict[str, Any] = unstructure(task)
-        return data
+    def _tasks_only(self, handler: Handler) -> Handler:
+        async def checked(request: jsonrpc.Request) -> dict[str, Any]:
+            if not self.tasks_enabled:
+                raise McpError(METHOD_NOT_FOUND, f"Method not found: {request.method}")
+            return await handler(request)
 
-    async def _tasks_cancel(self, request: jsonrpc.Request) -> dict[str, Any]:
-        self._require_tasks(request)
-        task_id = structure(request.params, TaskIdParams).task_id
-        task: Task = await ask(self.supervisor, lambda reply: Route(self.owner, task_id, Cancel(reply)))
-        data: dict[str, Any] = unstructure(task)
-        return data
-
-    async def _tasks_list(self, request: jsonrpc.Request) -> dict[str, Any]:
-        self._require_tasks(request)
-        cursor = structure(request.params, PaginatedParams).cursor
-        page: tuple[list[Task], str | None] = await ask(
-            self.supervisor, lambda reply: ListTasks(self.owner, cursor, reply)
-        )
-        tasks, next_cursor = page
-        result: dict[str, Any] = {"tasks": [unstructure(t) for t in tasks]}
-        if next_cursor is not None:
-            result["nextCursor"] = next_cursor
-        return result
-
-    async def _tasks_result(self, request: jsonrpc.Request) -> dict[str, Any]:
-        task_id = structure(request.params, TaskIdParams).task_id
-        outcome: TaskOutcome = await ask(
-            self.supervisor, lambda reply: Route(self.owner, task_id, AwaitResult(reply))
-        )
-        assert outcome.result is not None
-        result = dict(outcome.result)
-        result["_meta"] = {**result.get("_meta", {}), RELATED_TASK_KEY: {"taskId": task_id}}
-        return result
-
-    def _require_tasks(self, request: jsonrpc.Request) -> None:
-        if not self.tasks_enabled:
-            raise McpError(METHOD_NOT_FOUND, f"Method not found: {request.method}")
+        return checked
 
 
 def _encode_index(index: int) -> str:
