@@ -12,7 +12,7 @@ from pathlib import Path
 import trio
 
 from trio_mcp import McpError, connect_stdio
-from trio_mcp.protocol.messages import ProgressParams, Task
+from trio_mcp.protocol.messages import ElicitRequestParams, ElicitResult, ProgressParams, Task
 
 SERVER = [sys.executable, str(Path(__file__).with_name("demo_server.py"))]
 
@@ -22,8 +22,14 @@ def show(task: Task) -> str:
     return f"{task.task_id[:8]}… {task.status.value}{message}"
 
 
+async def answer_question(request: ElicitRequestParams) -> ElicitResult:
+    """Our stand-in for a person: the demo answers the server's question itself."""
+    print(f"   the server asks: {request.message!r} -> answering 'trio'")
+    return ElicitResult(action="accept", content={"answer": "trio"})
+
+
 async def main() -> None:
-    async with connect_stdio(SERVER) as client:
+    async with connect_stdio(SERVER, on_elicit=answer_question) as client:
         assert client.server is not None
         info = client.server.server_info
         print(f"connected to {info.name} {info.version} (protocol {client.server.protocol_version})")
@@ -72,7 +78,13 @@ async def main() -> None:
                 how = "as a task" if as_task else "without a task"
                 print(f"   {name} {how}: error {exc.code}: {exc.message}")
 
-        print("\n5. tasks/list")
+        print("\n5. a task that needs input: the server elicits an answer from the client")
+        asking = await client.call_tool_as_task("ask", {"question": "Which async library?"})
+        print(f"   created {show(asking.task)}: {asking.meta}")
+        print(f"   poll: {show(await client.poll_task(asking.task.task_id))}")
+        print(f"   result: {(await client.task_result(asking.task.task_id)).text!r}")
+
+        print("\n6. tasks/list")
         async for task in client.all_tasks():
             print(f"   {show(task)}")
 
