@@ -739,7 +739,7 @@ def test_values_from_matching_strategies_validate(arguments: dict[str, Any]) -> 
     out = MIXED.validate(arguments)
     assert out.keys() == arguments.keys()
     assert out["count"] == arguments["count"] and type(out["count"]) is int
-    assert out["ratio"] == arguments["ratio"] and type(out["ratio"]) is float
+    assert out["ratio"] == float(arguments["ratio"]) and type(out["ratio"]) is float
     assert out["point"] == Point(**arguments["point"])
     assert out["color"] is Color(arguments["color"])
     if "pair" in out:

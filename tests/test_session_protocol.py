@@ -509,6 +509,27 @@ async def test_task_augmented_call_answers_a_create_task_result(tool: str) -> No
         assert "content" not in result
 
 
+@pytest.mark.parametrize("task", [5, True, None])
+async def test_non_object_task_is_invalid_params_or_ignored(task: Any) -> None:
+    async with open_wire(make_server()) as wire:
+        params = {"name": "echo", "arguments": {"text": "x"}, "task": task}
+        if task is None:  # null is "absent": a plain call
+            assert text_of(await wire.result("tools/call", params)) == "x"
+        else:
+            assert (await wire.error("tools/call", params))["code"] == INVALID_PARAMS
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a string or array as 'task' is structured as TaskMetadata() and creates a task",
+)
+@pytest.mark.parametrize("task", ["yes", "", [], [60000]])
+async def test_string_or_array_task_is_invalid_params(task: Any) -> None:
+    async with open_wire(make_server()) as wire:
+        params = {"name": "echo", "arguments": {"text": "x"}, "task": task}
+        assert (await wire.error("tools/call", params))["code"] == INVALID_PARAMS
+
+
 async def test_tool_raising_mcp_error_is_that_jsonrpc_error() -> None:
     async with open_wire(make_server()) as wire:
         error = await wire.error("tools/call", {"name": "refuse", "arguments": {}})

@@ -30,7 +30,7 @@ from wsproto.events import (
     TextMessage,
 )
 
-from trio_mcp import McpError, Server
+from trio_mcp import McpError, Server, ServerRuntime
 from trio_mcp.actors.client import connect
 from trio_mcp.actors.endpoint import ConnectionClosed
 from trio_mcp.transports.websocket import (
@@ -133,11 +133,10 @@ class RawClient:
 
     @classmethod
     @asynccontextmanager
-    async def open(cls, port: int, *, buffer_size: int | None = None) -> AsyncIterator[RawClient]:
+    async def open(cls, port: int, *, receive_buffer: int | None = None) -> AsyncIterator[RawClient]:
         sock = trio.socket.socket()
-        if buffer_size is not None:  # small kernel buffers: a client that stops reading jams sooner
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer_size)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer_size)
+        if receive_buffer is not None:  # a small kernel buffer: a client that stops reading jams sooner
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
         await sock.connect(("127.0.0.1", port))
         async with trio.SocketStream(sock) as stream:
             yield cls(stream)
@@ -379,6 +378,32 @@ async def test_failing_authenticator_refuses_500_and_server_survives(server: Ser
                 await client.ping()
 
 
+async def test_a_failing_session_is_logged_and_others_go_on(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    class FlakyRuntime(ServerRuntime):
+        """Crashes while serving its first connection, like a bug in a session would."""
+
+        failures = 1
+
+        async def serve(self, transport: Any, *, owner: object | None = None) -> None:
+            if FlakyRuntime.failures:
+                FlakyRuntime.failures -= 1
+                raise RuntimeError("bug in a session")
+            await super().serve(transport, owner=owner)
+
+    with trio.fail_after(5):
+        async with server.open() as runtime:
+            flaky = FlakyRuntime(runtime.server, runtime.supervisor)
+            async with serving(flaky) as port:
+                async with open_websocket_transport(url(port)) as transport:
+                    with pytest.raises(trio.EndOfChannel):
+                        await transport.receive()
+                async with connect_websocket(url(port)) as client:
+                    assert (await client.call_tool("echo", {"text": "fine"})).text == "fine"
+    assert any("bug in a session" in record.getMessage() for record in caplog.records)
+
+
 async def test_silent_connection_dropped_after_handshake_timeout(server: Server) -> None:
     with trio.fail_after(5):
         async with serving(server, handshake_timeout=0.2) as port, RawClient.open(port) as raw:
@@ -452,6 +477,35 @@ async def test_server_shutdown_closes_cleanly(server: Server) -> None:
                     await transport.send(b'{"jsonrpc":"2.0","id":9,"method":"ping"}')
             with pytest.raises(trio.ClosedResourceError):
                 await transport.send(b"{}")
+
+
+async def test_cancelled_client_still_closes_cleanly_and_promptly(server: Server, probe: Probe) -> None:
+    with trio.fail_after(5):
+        async with serving(server) as port:
+            started = trio.current_time()
+            with trio.move_on_after(0.1):
+                async with open_websocket_transport(url(port)) as transport, connect(transport) as client:
+                    await client.call_tool_as_task("hold", {"key": "cancelled-client"})
+                    await trio.sleep_forever()
+            # The closing handshake completed (code 1000) although the client was cancelled, and
+            # did not wait out the close timeout.
+            assert trio.current_time() - started < 1.0
+            assert transport.close_reason is not None and transport.close_reason.code == 1000
+            await probe.ended["cancelled-client"].wait()
+
+
+async def test_errors_in_the_block_are_not_wrapped(server: Server) -> None:
+    with trio.fail_after(5):
+        async with serving(server) as port:
+            with pytest.raises(KeyError, match="mine"):
+                async with open_websocket_transport(url(port)):
+                    raise KeyError("mine")
+        with pytest.raises(trio_websocket.HandshakeError):  # nothing listens there any more
+            async with open_websocket_transport(url(port)):
+                pass
+    with pytest.raises(ValueError):
+        async with open_websocket_transport("http://127.0.0.1:1/"):
+            pass
 
 
 async def test_client_close_cancels_connection_owned_tasks(server: Server, probe: Probe) -> None:
@@ -586,34 +640,40 @@ async def test_stuck_client_does_not_delay_others(probe: Probe) -> None:
     # the reader waits: the server stops reading this client (backpressure).
     server.add_tool(padded, description="x" * 32_000)
     with trio.fail_after(12):
-        async with (
-            serving(server, ping_interval=None) as port,
-            RawClient.open(port, buffer_size=4096) as stuck,
-        ):
-            assert isinstance(await stuck.handshake(), AcceptConnection)
-            await stuck.initialize()
-            # Flood with padded tools/list requests and never read, until the server stops
-            # reading us (our send blocks).
-            sent = 0
-            jammed = False
-            while not jammed and sent < 20_000:
-                frame = stuck.encode_request("tools/list", pad=16_000)
-                with trio.move_on_after(0.5) as blocked:
-                    await stuck.stream.send_all(frame)
-                jammed = blocked.cancelled_caught
-                sent += 1
-            assert jammed, f"the server read all {sent} requests of a client that never reads"
+        async with serving(server, ping_interval=None, max_message_size=DEFAULT_MAX_MESSAGE_SIZE) as port:
+            async with RawClient.open(port, receive_buffer=4096) as stuck:
+                assert isinstance(await stuck.handshake(), AcceptConnection)
+                await stuck.initialize()
+                reply = await stuck.request(
+                    "tools/call", {"name": "hold", "arguments": {"key": "stuck"}, "task": {}}
+                )
+                assert reply["result"]["task"]["status"] == "working"
+                # Flood with padded tools/list requests and never read, until the server stops
+                # reading us (our send blocks).
+                sent = 0
+                jammed = False
+                while not jammed and sent < 20_000:
+                    frame = stuck.encode_request("tools/list", pad=16_000)
+                    with trio.move_on_after(0.5) as blocked:
+                        await stuck.stream.send_all(frame)
+                    jammed = blocked.cancelled_caught
+                    sent += 1
+                assert jammed, f"the server read all {sent} requests of a client that never reads"
 
-            # Meanwhile another client is served at full speed.
-            async with connect_websocket(url(port)) as other:
-                started = time.monotonic()
-                for n in range(20):
-                    assert (await other.call_tool("echo", {"text": str(n)})).text == str(n)
-                created = await other.call_tool_as_task("tagged", {"tag": "unaffected", "delay": 0})
-                assert (await other.task_result(created.task.task_id)).text == "unaffected"
-                assert len(await other.list_tools()) == 4
-                elapsed = time.monotonic() - started
-            assert elapsed < 2.0, f"the other client took {elapsed:.2f}s"
+                # Meanwhile another client is served at full speed.
+                async with connect_websocket(url(port)) as other:
+                    started = time.monotonic()
+                    for n in range(20):
+                        assert (await other.call_tool("echo", {"text": str(n)})).text == str(n)
+                    created = await other.call_tool_as_task("tagged", {"tag": "unaffected", "delay": 0})
+                    assert (await other.task_result(created.task.task_id)).text == "unaffected"
+                    assert len(await other.list_tools()) == 4
+                    elapsed = time.monotonic() - started
+                assert elapsed < 2.0, f"the other client took {elapsed:.2f}s"
+                assert not probe.ended["stuck"].is_set()
+            # The stuck client hangs up: its jammed session still ends, and its task with it.
+            await probe.ended["stuck"].wait()
+            assert "stuck" in probe.cancelled
 
 
 async def test_keepalive_drops_unresponsive_peer_only(server: Server, probe: Probe) -> None:

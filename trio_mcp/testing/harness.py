@@ -126,10 +126,16 @@ class Harness:
     # -- connections ----------------------------------------------------------------------
     @asynccontextmanager
     async def connect(
-        self, *, owner: object | None = None, faults: Faults | None = None, initialize: bool = True
+        self,
+        *,
+        owner: object | None = None,
+        faults: Faults | None = None,
+        initialize: bool = True,
+        **client_options: Any,
     ) -> AsyncIterator[Client]:
         """Connect one more client (its own session). ``owner`` binds its tasks to an identity
-        (default: the connection); ``faults`` apply to its link."""
+        (default: the connection); ``faults`` apply to its link; ``client_options`` (such as
+        ``on_elicit`` / ``on_sample``) go to :func:`trio_mcp.connect`."""
         self._links += 1
         link = Link(f"link-{self._links}", self.trace, faults)
         self.links.append(link)
@@ -137,7 +143,7 @@ class Harness:
             await nursery.start(link.run)
             nursery.start_soon(functools.partial(self.runtime.serve, link.server_transport, owner=owner))
             try:
-                async with connect(link.client_transport, initialize=initialize) as client:
+                async with connect(link.client_transport, initialize=initialize, **client_options) as client:
                     yield client
             finally:
                 # The client hung up; the session sees it and winds down on its own.
@@ -147,13 +153,21 @@ class Harness:
         """Cut the first client's connection (or ``link``'s) now."""
         (link or self.link).drop()
 
+    def hold_tools(self) -> trio.Event:
+        """Tools called from now on wait before they start until the returned event is set
+        (their checkpoints are counted from the release). Lets a test park ``tasks/result``
+        waiters, or arrange any state, before the work begins."""
+        gate = trio.Event()
+        self.monitor.gate = gate
+        return gate
+
     # -- background calls -----------------------------------------------------------------
     def spawn(self, fn: Callable[..., Awaitable[T]], *args: Any, name: str | None = None) -> Pending[T]:
         """Run ``fn(*args)`` in the background; returns a :class:`Pending` handle.
 
         >>> # waiter = harness.spawn(harness.client.task_result, task_id)
         """
-        pending: Pending[T] = Pending(name or getattr(fn, "__name__", repr(fn)))
+        pending: Pending[T] = Pending(name if name is not None else str(getattr(fn, "__name__", repr(fn))))
         self._nursery.start_soon(pending._run, fn, args, name=pending.name)
         return pending
 
@@ -207,13 +221,15 @@ async def open_harness(
     trace: Trace | None = None,
     initialize: bool = True,
     require_mock_clock: bool = True,
+    **client_options: Any,
 ) -> AsyncIterator[Harness]:
     """Serve ``server`` and connect a client to it in memory; yields a :class:`Harness`.
 
     Run it under ``trio.testing.MockClock(autojump_threshold=0)`` (the pytest fixtures and
     :func:`trio_mcp.testing.run` do): sleeps, poll intervals and TTLs then take no real time.
     Tasks are stamped with ``epoch + trio.current_time()``. ``faults`` apply to the first
-    client's link and to ``server``'s tools.
+    client's link and to ``server``'s tools; ``client_options`` (``on_elicit``, ``on_sample``)
+    go to the first client.
     """
     clock = trio.lowlevel.current_clock()
     if require_mock_clock and not isinstance(clock, trio.testing.MockClock):
@@ -231,24 +247,13 @@ async def open_harness(
             trio.open_nursery() as nursery,
         ):
             harness = Harness(served, runtime, trace, monitor, nursery)
-            async with harness.connect(owner=owner, faults=faults, initialize=initialize) as client:
+            async with harness.connect(
+                owner=owner, faults=faults, initialize=initialize, **client_options
+            ) as client:
                 harness.client = client
                 harness.link = harness.links[0]
+                await harness.settle()  # the handshake is over on both sides
                 yield harness
             nursery.cancel_scope.cancel()
     finally:
         trio.lowlevel.remove_instrument(monitor)
-
-
-def run(
-    async_fn: Callable[..., Awaitable[T]],
-    *args: Any,
-    clock: trio.abc.Clock | None = None,
-    instruments: tuple[trio.abc.Instrument, ...] = (),
-) -> T:
-    """``trio.run`` on a fresh ``MockClock(autojump_threshold=0)``."""
-    if clock is None:
-        clock = trio.testing.MockClock(autojump_threshold=0)
-    return trio.run(async_fn, *args, clock=clock, instruments=instruments)
-
-

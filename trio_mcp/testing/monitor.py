@@ -89,6 +89,8 @@ class WorkMonitor(trio.abc.Instrument):
         self.works: list[Work] = []
         self.hooks: list[CheckpointHook] = []
         self.hook_errors: list[BaseException] = []
+        self.gate: trio.Event | None = None
+        """While set to an unset Event, tools wait for it before they start (uncounted)."""
         self._watched: dict[trio.lowlevel.Task, Work] = {}
         self._live: dict[trio.lowlevel.Task, None] = {}
 
@@ -160,33 +162,26 @@ def _locate(task: trio.lowlevel.Task, number: int) -> Checkpoint:
     return Checkpoint(number, trio.current_time(), frame.f_code.co_filename, lineno, frame.f_code.co_name)
 
 
-class FaultContext(Context):
-    """A :class:`Context` that raises a planted error at the n-th ``report_progress`` call and
-    otherwise forwards everything to the real context."""
+def _plant_progress_faults(ctx: Context, faults: list[ToolFault]) -> None:
+    """Make ``ctx.report_progress`` raise a planted error at its n-th call (on this instance
+    only; everything else about the context is untouched)."""
+    planted = [f for f in faults if f.at_progress is not None]
+    if not planted:
+        return
+    report_progress = ctx.report_progress
+    calls = 0
 
-    def __init__(self, inner: Context, faults: list[ToolFault]) -> None:  # no super().__init__: a proxy
-        self._inner = inner
-        self._faults = faults
-        self._progress_calls = 0
-
-    @property
-    def task_id(self) -> str | None:
-        return self._inner.task_id
-
-    async def report_progress(
-        self, progress: float, total: float | None = None, message: str | None = None
+    async def faulty_report_progress(
+        progress: float, total: float | None = None, message: str | None = None
     ) -> bool:
-        self._progress_calls += 1
-        for fault in self._faults:
-            if fault.at_progress == self._progress_calls:
+        nonlocal calls
+        calls += 1
+        for fault in planted:
+            if fault.at_progress == calls:
                 raise fault.error
-        return await self._inner.report_progress(progress, total, message)
+        return await report_progress(progress, total, message)
 
-    def set_status(self, message: str | None) -> None:
-        self._inner.set_status(message)
-
-    def log(self, level: Any, data: Any, logger: str | None = None) -> bool:
-        return self._inner.log(level, data, logger)
+    setattr(ctx, "report_progress", faulty_report_progress)  # noqa: B010 - shadow the method
 
 
 def _wrap(registered: RegisteredTool, monitor: WorkMonitor, faults: Faults) -> RegisteredTool:
@@ -198,8 +193,12 @@ def _wrap(registered: RegisteredTool, monitor: WorkMonitor, faults: Faults) -> R
 
     async def wrapped(**kwargs: Any) -> Any:
         ctx: Context = kwargs.pop(_CTX_KEY)
+        gate = monitor.gate
+        if gate is not None:
+            await gate.wait()
         if context_param is not None:
-            kwargs[context_param] = FaultContext(ctx, tool_faults) if tool_faults else ctx
+            _plant_progress_faults(ctx, tool_faults)
+            kwargs[context_param] = ctx
         with monitor.watch(name, ctx.task_id) as work:
             if not at_checkpoint:
                 return await fn(**kwargs)
@@ -224,7 +223,7 @@ def _wrap(registered: RegisteredTool, monitor: WorkMonitor, faults: Faults) -> R
 
     wrapped.__name__ = getattr(fn, "__name__", name)
     wrapped.__qualname__ = getattr(fn, "__qualname__", name)
-    return RegisteredTool(registered.tool, wrapped, registered.spec, _CTX_KEY)
+    return attrs.evolve(registered, fn=wrapped, context_param=_CTX_KEY)
 
 
 def instrument_server(server: Server, monitor: WorkMonitor, faults: Faults | None = None) -> Server:

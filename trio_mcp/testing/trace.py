@@ -80,6 +80,7 @@ class Trace:
         self._task_aliases: dict[str, str] = {}
         self._session_aliases: dict[str, str] = {}
         self._listeners: list[Callable[[Event], None]] = []
+        self._id_pattern: re.Pattern[str] | None = None
 
     # -- recording ------------------------------------------------------------------------
     def __call__(self, kind: str, fields: dict[str, Any]) -> None:
@@ -105,6 +106,7 @@ class Trace:
             task_id = event.fields.get("task_id")
             if isinstance(task_id, str) and task_id not in self._task_aliases:
                 self._task_aliases[task_id] = f"task-{len(self._task_aliases) + 1}"
+                self._id_pattern = None
         for key in ("connection", "name"):
             value = event.fields.get(key)
             if isinstance(value, str) and _SESSION.fullmatch(value) and value not in self._session_aliases:
@@ -128,8 +130,10 @@ class Trace:
 
     def normalize(self, text: str) -> str:
         """Replace raw task ids and session names in ``text`` by their aliases."""
-        for raw, alias in self._task_aliases.items():
-            text = text.replace(raw, alias)
+        if self._task_aliases:
+            if self._id_pattern is None:
+                self._id_pattern = re.compile("|".join(map(re.escape, self._task_aliases)))
+            text = self._id_pattern.sub(lambda m: self._task_aliases[m.group(0)], text)
         if self._session_aliases:
             text = _SESSION.sub(lambda m: self._session_aliases.get(m.group(0), m.group(0)), text)
         return text
@@ -273,7 +277,7 @@ class Trace:
         return [self.normalize(f"{actor} {name}") for actor, name in live]
 
     # -- assertions -----------------------------------------------------------------------
-    def fail(self, message: str) -> TraceAssertionError:
+    def error(self, message: str) -> TraceAssertionError:
         """An assertion error whose message ends with this trace."""
         return TraceAssertionError(f"{message}\n--- trace ({len(self.events)} events) ---\n{self.dump()}")
 
@@ -284,7 +288,7 @@ class Trace:
         """
         actual = self.statuses(task)
         if actual != list(expected):
-            raise self.fail(
+            raise self.error(
                 f"{self.alias(task)} went {' -> '.join(actual) or '(nowhere)'}, "
                 f"expected {' -> '.join(expected)}"
             )
@@ -294,7 +298,7 @@ class Trace:
         statuses = self.statuses(task)
         terminal = [s for s in statuses if TaskStatus(s) in TERMINAL]
         if len(terminal) != 1 or statuses[-1] != terminal[0]:
-            raise self.fail(
+            raise self.error(
                 f"{self.alias(task)} should end in exactly one terminal status, went "
                 f"{' -> '.join(statuses) or '(nowhere)'}"
             )
@@ -305,12 +309,12 @@ class Trace:
         left = self.unanswered_requests()
         if left:
             listed = ", ".join(f"{m.get('method')} (id {m.get('id')!r})" for m in left)
-            raise self.fail(f"requests never answered: {listed}")
+            raise self.error(f"requests never answered: {listed}")
 
     def assert_no_running_actors(self) -> None:
         left = self.running_actors()
         if left:
-            raise self.fail(f"actors still running: {', '.join(left)}")
+            raise self.error(f"actors still running: {', '.join(left)}")
 
 
 def _plain(value: Any) -> Any:

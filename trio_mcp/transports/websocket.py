@@ -11,8 +11,9 @@ Transport (:class:`WebSocketTransport`)
       **4 MiB**, counted in UTF-8 bytes) closes the connection with code **1009** (message too
       big) and ``receive()`` ends. Unlike the stdio transport the message is not skipped: a
       WebSocket peer is told why it is being disconnected instead. The limit is also given to
-      trio-websocket, which stops buffering a frame as soon as it passes the limit, so an
-      oversized message never costs more than about the limit in memory.
+      trio-websocket, which stops buffering a message as soon as it passes the limit (counted
+      in characters there), so an oversized message costs at most a few times the limit in
+      memory.
     * A clean close by the peer (or a dropped TCP connection) makes ``receive()`` raise
       :class:`trio.EndOfChannel` once every message that arrived before it was returned;
       ``send()`` on a closed connection raises :class:`trio.BrokenResourceError` (after our own
@@ -61,15 +62,25 @@ Server (:func:`serve_websocket`)
     interval) is disconnected at once (TCP closed without a closing handshake) and its session
     ends exactly as if it had hung up.
 
-    Concurrency and slow clients: every connection is its own session actor (with its own
-    reader, writer and keep-alive tasks) running in one nursery under the server, so nothing
-    one client does, or fails to do, waits on another. Each session has a bounded outbound
-    queue (:data:`~trio_mcp.actors.endpoint.DEFAULT_OUTBOUND_SIZE` messages). When a client
-    stops reading, its queue fills: **responses wait for room**, so the session stops reading
-    that client's further requests (backpressure, down to TCP flow control on that socket),
-    while **notifications** (progress, task status, log messages) **to that client are
-    dropped**. Other connections are unaffected. A client that stops reading also stops
-    answering pings, so the keep-alive eventually disconnects it.
+    Concurrency and slow clients: every connection is its own session actor (its own reader,
+    writer and keep-alive tasks) running in one nursery under the server, so nothing one client
+    does, or fails to do, waits on another, and a connection that fails is logged and closed
+    without touching the rest. Each session has a bounded outbound queue
+    (:data:`~trio_mcp.actors.endpoint.DEFAULT_OUTBOUND_SIZE`, 1024 messages) in front of the
+    socket. When a client stops reading, the TCP window and then that queue fill up, and:
+
+    * **responses wait for room**. The session's reader answers quick requests itself
+      (``initialize``, ``ping``, ``tools/list``, ``tasks/get``, ``tasks/list``,
+      ``tasks/cancel``), so it stops reading that connection: backpressure, which reaches the
+      client as TCP flow control. (``tools/call`` and ``tasks/result`` run in their own Trio
+      tasks; each of those waits for room on its own.)
+    * **notifications** to that client (progress, task status, log messages) **are dropped**
+      while the queue is full; MCP lets a peer miss notifications.
+    * **other connections are unaffected**: they have their own queue, reader and writer.
+    * a client that stops reading its socket cannot answer pings either (our ping may not even
+      get past its full window), so the keep-alive disconnects it after at most
+      ``ping_interval + ping_timeout`` seconds, ending its session (and its connection-owned
+      tasks).
 
 Client
     :func:`open_websocket_transport` yields a :class:`WebSocketTransport` on a ``ws://`` or
@@ -115,6 +126,8 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
     "SUBPROTOCOL",
     "Authenticator",
+    "OriginPolicy",
+    "Owner",
     "WebSocketTransport",
     "connect_websocket",
     "open_websocket_transport",
@@ -477,20 +490,19 @@ async def serve_websocket(
             log.debug("websocket session %s ended", transport.connection)
 
         async def serve_stream(stream: trio.abc.Stream) -> None:
-            async with trio.open_nursery() as nursery:  # trio-websocket's reader runs here
+            async with _reader_nursery() as readers:
                 accepted = None
                 with trio.move_on_after(handshake_timeout):
                     if isinstance(stream, trio.SSLStream):
                         await stream.do_handshake()
                     request = await trio_websocket.wrap_server_stream(
-                        nursery,
+                        readers,
                         stream,
                         max_message_size=max_message_size,
                         receive_buffer_size=_RECEIVE_BUFFER_SIZE,
                     )
                     accepted = await handshake(request)
                 if accepted is None:
-                    nursery.cancel_scope.cancel()
                     return
                 connection, owner = accepted
                 transport = WebSocketTransport(connection, max_message_size=max_message_size)
@@ -499,17 +511,23 @@ async def serve_websocket(
                 finally:
                     with trio.CancelScope(shield=True):
                         await transport.aclose()
-                    nursery.cancel_scope.cancel()
 
         async def handle_stream(stream: trio.abc.Stream) -> None:
+            # One broken connection must not take the server down: log its errors, keep only
+            # cancellation (and KeyboardInterrupt and the like) propagating.
             try:
                 async with stream:
                     await serve_stream(stream)
-            except Exception as exc:  # one broken connection must not take the server down
-                if _is_disconnect(exc):
-                    log.debug("websocket connection ended: %r", exc)
-                else:
-                    log.error("websocket connection failed: %r", exc, exc_info=exc)
+            except BaseExceptionGroup as group:
+                cancelled, errors = group.split(trio.Cancelled)
+                if errors is not None and not isinstance(errors, ExceptionGroup):
+                    raise
+                if errors is not None:
+                    _log_connection_error(errors)
+                if cancelled is not None:
+                    raise cancelled from None
+            except Exception as exc:
+                _log_connection_error(exc)
 
         listeners: list[trio.abc.Listener[trio.abc.Stream]] = []
         if ssl_context is None:
@@ -525,6 +543,30 @@ async def serve_websocket(
             task_status.started(bound)
             await trio.sleep_forever()
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+@asynccontextmanager
+async def _reader_nursery() -> AsyncIterator[trio.Nursery]:
+    """A nursery for trio-websocket's reader task that outside cancellation does not reach.
+
+    The reader must outlive a connection torn down by cancellation (server shutdown, a cancelled
+    client), or the closing handshake that the transport's ``aclose()`` performs under a shield
+    could not finish (nobody would read the peer's close frame). Leaving the block cancels it.
+    """
+    async with trio.open_nursery() as nursery:
+        scope = trio.CancelScope(shield=True)
+        inner: trio.Nursery = await nursery.start(_host_nursery, scope)
+        try:
+            yield inner
+        finally:
+            scope.cancel()
+
+
+async def _host_nursery(scope: trio.CancelScope, *, task_status: trio.TaskStatus[trio.Nursery]) -> None:
+    with scope:
+        async with trio.open_nursery() as nursery:
+            task_status.started(nursery)
+            await trio.sleep_forever()
 
 
 def _listener_port(listener: trio.abc.Listener[trio.abc.Stream]) -> int:
@@ -552,6 +594,13 @@ async def _keep_alive(
             with trio.CancelScope(shield=True):
                 await transport.abort()
             return
+
+
+def _log_connection_error(exc: Exception) -> None:
+    if _is_disconnect(exc):
+        log.debug("websocket connection ended: %r", exc)
+    else:
+        log.error("websocket connection failed: %r", exc, exc_info=exc)
 
 
 def _is_disconnect(exc: BaseException) -> bool:
@@ -652,15 +701,16 @@ async def open_websocket_transport(
     except (OSError, trio.BrokenResourceError) as exc:
         raise trio_websocket.HandshakeError(f"cannot connect to {url}: {exc}") from exc
 
-    # trio-websocket's reader runs in our nursery and we own the socket, so it is closed on every
-    # path (open_websocket_url leaks it when the handshake is refused or the server closes first).
+    # We own the socket, so it is closed on every path (open_websocket_url leaks it when the
+    # handshake is refused or the server closes first), and trio-websocket's reader runs in our
+    # shielded nursery, so a cancelled client can still finish its closing handshake.
     user_error: BaseException | None = None
     try:
-        async with trio.open_nursery() as nursery:
+        async with _reader_nursery() as readers:
             try:
                 with trio.fail_at(deadline):
                     connection = await trio_websocket.wrap_client_stream(
-                        nursery,
+                        readers,
                         stream,
                         host_header,
                         resource,
@@ -682,7 +732,6 @@ async def open_websocket_transport(
             finally:
                 with trio.CancelScope(shield=True):
                     await transport.aclose()
-                nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         _raise_unwrapped(group, user_error)
     finally:

@@ -1,0 +1,170 @@
+"""Targets (PASS/MISS, never a failure) and the printed table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+FLOOR_RATIO = 0.5
+SCALING_TOLERANCE = 0.2
+RSS_PER_TASK = 4 * 1024
+CANCEL_P99_MS = 5.0
+CHURN_RSS_TOLERANCE = 0.10
+CHURN_RATE_TOLERANCE = 0.2
+
+
+def _point(results: dict[str, Any], live: int) -> dict[str, Any]:
+    for point in results["workloads"]["scaling"]["points"]:
+        if point["L"] == live:
+            return point
+    raise KeyError(live)
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every target with its measured value and PASS/MISS."""
+    w = results["workloads"]
+    main, base = w["scaling"]["main_L"], w["scaling"]["base_L"]
+    top, low = _point(results, main), _point(results, base)
+    out: list[dict[str, Any]] = []
+
+    def add(name: str, value: float, goal: str, ok: bool) -> None:
+        out.append({"target": name, "value": value, "goal": goal, "result": "PASS" if ok else "MISS"})
+
+    for name, entry in (
+        ("create rate vs floor", w["create"]),
+        ("result rate vs floor", w["result"]),
+        (f"get rate vs floor (L={main})", top["get"]),
+        (f"cancel rate vs floor (L={main})", top["cancel"]),
+    ):
+        add(name, entry["ratio"], f">= {FLOOR_RATIO}x", entry["ratio"] >= FLOOR_RATIO)
+    for kind in ("get", "cancel"):
+        growth = w["scaling"][f"{kind}_rate_ratio"]
+        add(
+            f"{kind} rate L={main} / L={base}",
+            growth,
+            f">= {1 - SCALING_TOLERANCE} (within {SCALING_TOLERANCE:.0%})",
+            growth >= 1 - SCALING_TOLERANCE,
+        )
+    per_task = w["memory"]["bytes_per_task"]
+    add(f"RSS per idle live task (L={main}), bytes", per_task, f"<= {RSS_PER_TASK}", per_task <= RSS_PER_TASK)
+    probe_p99 = top["cancel"]["probe"]["server"]["p99_ms"]
+    add(f"cancel p99 ms (L={main}, one at a time)", probe_p99, f"< {CANCEL_P99_MS}", probe_p99 < CANCEL_P99_MS)
+    loaded_p99 = top["cancel"]["server"]["p99_ms"]
+    add(
+        f"cancel p99 ms (L={main}, window {results['config']['window']})",
+        loaded_p99,
+        f"< {CANCEL_P99_MS}",
+        loaded_p99 < CANCEL_P99_MS,
+    )
+    churn = w.get("churn")
+    if churn is not None:
+        add("churn: every task expired (tasks/list empty)", churn["list_empty_after_s"], "empty", churn["list_empty"])
+        sampled = churn["get_probe"]["sampled"]
+        expired = churn["get_probe"]["expired_-32602"]
+        add("churn: sampled tasks/get answer -32602", expired, f"= {sampled}", expired == sampled)
+        ratio = churn["rss_end_over_start"]
+        add(
+            "churn: RSS end / start",
+            ratio,
+            f"<= {1 + CHURN_RSS_TOLERANCE}",
+            ratio <= 1 + CHURN_RSS_TOLERANCE,
+        )
+        growth = churn["rate_ratio_last_first"]
+        add(
+            "churn: create rate last / first chunk",
+            growth,
+            f">= {1 - CHURN_RATE_TOLERANCE}",
+            growth >= 1 - CHURN_RATE_TOLERANCE,
+        )
+    return out
+
+
+def _rate(value: float) -> str:
+    return f"{value:,.0f}/s"
+
+
+def _row(cells: list[str], widths: list[int]) -> str:
+    return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+
+
+def table(results: dict[str, Any]) -> str:
+    """The figures as a fixed-width text table, then the targets."""
+    w = results["workloads"]
+    head = ["workload", "size", "server", "floor", "ratio", "p50 ms", "p99 ms", "full GC s"]
+    rows: list[list[str]] = []
+
+    def add(name: str, size: str, entry: dict[str, Any]) -> None:
+        s = entry["server"]
+        gc = s.get("full_gc", {})
+        rows.append(
+            [
+                name,
+                size,
+                _rate(s["rate"]),
+                _rate(entry["floor"]["rate"]),
+                f"{entry['ratio']:.3f}",
+                f"{s['p50_ms']:.2f}",
+                f"{s['p99_ms']:.2f}",
+                f"{gc.get('seconds', 0.0):.2f} ({gc.get('count', 0)})",
+            ]
+        )
+
+    add("1 create (echo task)", f"N={w['create']['n']}", w["create"])
+    add("2 result", f"N={w['result']['n']}", w["result"])
+    points = w["scaling"]["points"]
+    for point in points:
+        add("3 get", f"L={point['L']}", point["get"])
+    for point in points:
+        add("4 cancel", f"L={point['L']}", point["cancel"])
+    for point in points:
+        probe = point["cancel"]["probe"]
+        add("4 cancel, one at a time", f"L={point['L']}", {**probe, "ratio": _ratio(probe)})
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    lines = [_row(head, widths), _row(["-" * x for x in widths], widths)]
+    lines += [_row(r, widths) for r in rows]
+
+    lines.append("")
+    lines.append("5 memory: server RSS per idle live sleep task")
+    for point in points:
+        m = point["memory"]
+        lines.append(
+            f"  L={point['L']:>7}: {m['bytes_per_task'] / 1024:6.2f} KiB/task "
+            f"(RSS {m['rss_before_kib']:,} -> {m['rss_after_kib']:,} KiB); "
+            f"creating them: {_rate(point['create_sleep']['rate'])}"
+        )
+    s = w["scaling"]
+    lines.append("")
+    lines.append(
+        f"6 scaling L={s['base_L']} -> L={s['main_L']}: get rate x{s['get_rate_ratio']:.3f}, "
+        f"cancel rate x{s['cancel_rate_ratio']:.3f} (1.0 = no per-request cost growth)"
+    )
+    churn = w.get("churn")
+    if churn is not None:
+        lines.append("")
+        lines.append(
+            f"7 churn: {churn['tasks']:,} echo tasks, TTL {churn['ttl_ms'][0]}-{churn['ttl_ms'][1]} ms, "
+            f"created at {_rate(churn['create_rate'])}"
+        )
+        rates = ", ".join(f"{c['rate']:,.0f}" for c in churn["chunks"])
+        lines.append(f"  create rate per chunk of {churn['chunks'][0]['requests']:,}: {rates} /s")
+        lines.append(
+            f"  tasks/list empty: {churn['list_empty']} ({churn['list_empty_after_s']:.1f} s after the last "
+            f"create); sampled tasks/get -32602: {churn['get_probe']['expired_-32602']}/"
+            f"{churn['get_probe']['sampled']}"
+        )
+        lines.append(
+            f"  RSS: start {churn['rss_start_kib']:,} KiB, peak {churn['rss_peak_kib']:,} KiB, "
+            f"end {churn['rss_end_kib']:,} KiB (end/start {churn['rss_end_over_start']:.3f})"
+        )
+    lines.append("")
+    lines.append("targets (reported, never enforced)")
+    tw = max(len(t["target"]) for t in results["targets"])
+    for t in results["targets"]:
+        value = t["value"]
+        shown = f"{value:,.3f}" if isinstance(value, float) else f"{value}"
+        lines.append(f"  {t['result']:4}  {t['target'].ljust(tw)}  {shown:>10}  (goal {t['goal']})")
+    return "\n".join(lines)
+
+
+def _ratio(entry: dict[str, Any]) -> float:
+    rate = entry["floor"]["rate"]
+    return round(entry["server"]["rate"] / rate, 4) if rate else 0.0

@@ -1,0 +1,367 @@
+"""The workloads: each starts its own server process, drives it, and runs the same request
+pattern against the raw floor for comparison.
+
+Every figure is a plain dict (JSON-ready). A *stat* describes one timed pipelined run::
+
+    {"requests", "seconds", "rate", "p50_ms", "p99_ms", "max_ms", "errors",
+     "full_gc": {"count", "seconds", "max_s"}}   # full_gc: server runs only
+
+``full_gc`` counts the server's generation-2 garbage collections that started inside the timed
+run (recorded by the server itself, see ``benchmarks/server.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .client import LoadClient, Request, RunResult, merge
+
+BENCH_DIR = Path(__file__).resolve().parent
+SERVER_SCRIPT = BENCH_DIR / "server.py"
+FLOOR_SCRIPT = BENCH_DIR / "floor.py"
+INVALID_PARAMS = -32602
+
+
+@dataclass
+class Sizes:
+    """Everything that sets how big and how long a run is."""
+
+    n: int = 20_000
+    """Task-augmented ``echo`` calls for the create and result workloads."""
+    scales: list[int] = field(default_factory=lambda: [250, 1_000, 10_000])
+    """Numbers L of live ``sleep`` tasks for get, cancel and memory."""
+    main_scale: int = 10_000
+    """The L at which targets are judged (the largest scale if it is not among them)."""
+    get_min: int = 20_000
+    """At least this many ``tasks/get`` per L (cycling over the L tasks when L is smaller)."""
+    cancel_min: int = 5_000
+    """At least this many timed ``tasks/cancel`` per L: rounds of create L / cancel L repeat."""
+    probe: int = 100
+    """Sequential (window 1) cancels per L for unloaded latency, at most L/10."""
+    window: int = 64
+    """Requests in flight."""
+    warmup: int = 500
+    """Untimed tasks made (and got, cancelled) before each measurement."""
+    settle: float = 1.0
+    """Seconds to wait before reading RSS."""
+    floor_repeats: int = 3
+    """The floor is measured this many times and its best run kept."""
+    sleep_seconds: float = 3600.0
+    churn_tasks: int = 100_000
+    """Short-TTL ``echo`` tasks in the churn workload; 0 skips it."""
+    churn_chunk: int = 10_000
+    churn_ttl_ms: tuple[int, int] = (1_000, 2_000)
+    churn_wait: float = 10.0
+    """Seconds past the longest TTL to wait for every task to expire."""
+
+    def scale_for_targets(self) -> int:
+        return self.main_scale if self.main_scale in self.scales else max(self.scales)
+
+
+SMOKE = Sizes(
+    n=200,
+    scales=[100, 500],
+    main_scale=500,
+    get_min=300,
+    cancel_min=200,
+    probe=10,
+    window=16,
+    warmup=20,
+    settle=0.2,
+    floor_repeats=1,
+    churn_tasks=600,
+    churn_chunk=200,
+    churn_ttl_ms=(200, 400),
+    churn_wait=5.0,
+)
+
+
+# -- request patterns ------------------------------------------------------------------------
+def create_echo(count: int, ttl_ms: Callable[[int], int] | None = None) -> list[Request]:
+    if ttl_ms is None:
+        params = {"name": "echo", "arguments": {"text": "hello"}, "task": {}}
+        return [("tools/call", params)] * count
+    return [
+        ("tools/call", {"name": "echo", "arguments": {"text": "hello"}, "task": {"ttl": ttl_ms(i)}})
+        for i in range(count)
+    ]
+
+
+def create_sleep(count: int, seconds: float) -> list[Request]:
+    return [("tools/call", {"name": "sleep", "arguments": {"seconds": seconds}, "task": {}})] * count
+
+
+def by_id(method: str, task_ids: Sequence[str]) -> list[Request]:
+    return [(method, {"taskId": task_id}) for task_id in task_ids]
+
+
+def task_ids(run: RunResult, what: str) -> list[str]:
+    if run.errors:
+        first = next(iter(run.errors.values()))
+        raise RuntimeError(f"{what}: {len(run.errors)} of {run.count} requests failed, e.g. {first}")
+    return [result["task"]["taskId"] for result in run.results]
+
+
+# -- processes ---------------------------------------------------------------------------------
+class Target:
+    """A child process under load (the server under test or the floor), handshake done."""
+
+    def __init__(self, argv: Sequence[str], *, record_gc: bool) -> None:
+        self.gc_path: str | None = None
+        env = dict(os.environ)
+        if record_gc:
+            fd, self.gc_path = tempfile.mkstemp(prefix="bench-gc-", suffix=".json")
+            os.close(fd)
+            env["BENCH_GC_LOG"] = self.gc_path
+        self.client = LoadClient(argv, env=env)
+        self.client.handshake()
+        self.gc: dict[str, Any] | None = None
+
+    def run(self, requests: Sequence[Request], window: int) -> RunResult:
+        return self.client.run(requests, window)
+
+    def close(self) -> None:
+        self.client.close()
+        if self.gc_path is not None:
+            try:
+                text = Path(self.gc_path).read_text()
+                self.gc = json.loads(text) if text else None
+            finally:
+                os.unlink(self.gc_path)
+
+    def stat(self, run: RunResult) -> dict[str, Any]:
+        """Call after :meth:`close` to include the server's full collections."""
+        data = stat(run)
+        if self.gc is not None:
+            pauses = [
+                took for start, took in self.gc["full"] if any(a <= start <= b for a, b in run.windows)
+            ]
+            data["full_gc"] = {
+                "count": len(pauses),
+                "seconds": round(sum(pauses), 4),
+                "max_s": round(max(pauses, default=0.0), 4),
+            }
+        return data
+
+
+def server(*args: str) -> Target:
+    return Target([sys.executable, str(SERVER_SCRIPT), *args], record_gc=True)
+
+
+def floor() -> Target:
+    return Target([sys.executable, str(FLOOR_SCRIPT)], record_gc=False)
+
+
+def stat(run: RunResult) -> dict[str, Any]:
+    return {
+        "requests": run.count,
+        "seconds": round(run.seconds, 4),
+        "rate": round(run.rate, 1),
+        "p50_ms": round(run.percentile(50) * 1e3, 3),
+        "p99_ms": round(run.percentile(99) * 1e3, 3),
+        "max_ms": round(max(run.latencies, default=0.0) * 1e3, 3),
+        "errors": len(run.errors),
+    }
+
+
+def best(runs: Sequence[RunResult]) -> RunResult:
+    return max(runs, key=lambda run: run.rate)
+
+
+def compare(server_stat: dict[str, Any], floor_stat: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "server": server_stat,
+        "floor": floor_stat,
+        "ratio": round(server_stat["rate"] / floor_stat["rate"], 4) if floor_stat["rate"] else 0.0,
+    }
+
+
+def settled_rss(target: Target, seconds: float) -> int:
+    target.client.ping()
+    target.client.settle(seconds)
+    return target.client.rss_kib()
+
+
+# -- workloads 1 and 2: create, result ----------------------------------------------------------
+def create_and_result(sizes: Sizes, raw: Target, log: Callable[[str], None]) -> dict[str, Any]:
+    """N task-augmented echo calls until every CreateTaskResult is in; then tasks/result for each."""
+    w = sizes.window
+    srv = server()
+    try:
+        warm = task_ids(srv.run(create_echo(sizes.warmup), w), "warm-up create")
+        srv.run(by_id("tasks/result", warm), w)
+        srv.client.ping()
+        created = srv.run(create_echo(sizes.n), w)
+        ids = task_ids(created, "create")
+        srv.client.ping()
+        srv.client.settle(min(sizes.settle, 0.5))  # every echo has finished before results are asked
+        results = srv.run(by_id("tasks/result", ids), w)
+        bad = [r for r in results.results if r is not None and r["content"][0]["text"] != "hello"]
+        if bad:
+            raise RuntimeError(f"tasks/result returned a wrong result: {bad[0]}")
+    finally:
+        srv.close()
+    floor_create = best([raw.run(create_echo(sizes.n), w) for _ in range(sizes.floor_repeats)])
+    floor_result = best([raw.run(by_id("tasks/result", ids), w) for _ in range(sizes.floor_repeats)])
+    out = {
+        "create": {"n": sizes.n, **compare(srv.stat(created), stat(floor_create))},
+        "result": {"n": sizes.n, **compare(srv.stat(results), stat(floor_result))},
+    }
+    for name in ("create", "result"):
+        log(f"  {name}: N={sizes.n} {_brief(out[name])}")
+    return out
+
+
+# -- workloads 3 to 6: get and cancel under L live tasks, memory -------------------------------
+def at_scale(live: int, sizes: Sizes, raw: Target, log: Callable[[str], None]) -> dict[str, Any]:
+    """L idle live sleep tasks: RSS per task, tasks/get for each, then tasks/cancel for each."""
+    w = sizes.window
+    srv = server()
+    probe_n = max(1, min(sizes.probe, live // 10))
+    try:
+        warm = task_ids(srv.run(create_sleep(sizes.warmup, sizes.sleep_seconds), w), "warm-up create")
+        srv.run(by_id("tasks/get", warm), w)
+        srv.run(by_id("tasks/cancel", warm), w)
+        rss_before = settled_rss(srv, sizes.settle)
+        created = srv.run(create_sleep(live, sizes.sleep_seconds), w)
+        ids = task_ids(created, "create")
+        rss_after = settled_rss(srv, sizes.settle)
+        get_ids = [ids[i % live] for i in range(max(live, sizes.get_min))]
+        got = srv.run(by_id("tasks/get", get_ids), w)
+        probe = srv.run(by_id("tasks/cancel", ids[:probe_n]), 1)
+        rounds = [srv.run(by_id("tasks/cancel", ids[probe_n:]), w)]
+        round_sizes = [live - probe_n]
+        while sum(round_sizes) < sizes.cancel_min:
+            more = task_ids(srv.run(create_sleep(live, sizes.sleep_seconds), w), "create")
+            srv.client.ping()
+            rounds.append(srv.run(by_id("tasks/cancel", more), w))
+            round_sizes.append(live)
+        cancelled = merge(rounds)
+        not_cancelled = [
+            r for r in cancelled.results + probe.results if r is not None and r["status"] != "cancelled"
+        ]
+        if not_cancelled:
+            raise RuntimeError(f"tasks/cancel answered a task that is not cancelled: {not_cancelled[0]}")
+    finally:
+        srv.close()
+
+    floor_get = best([raw.run(by_id("tasks/get", get_ids), w) for _ in range(sizes.floor_repeats)])
+    floor_probe = best([raw.run(by_id("tasks/cancel", ids[:probe_n]), 1) for _ in range(sizes.floor_repeats)])
+    floor_cancel = best(
+        [
+            merge([raw.run(by_id("tasks/cancel", ids[:size]), w) for size in round_sizes])
+            for _ in range(sizes.floor_repeats)
+        ]
+    )
+    point = {
+        "L": live,
+        "create_sleep": srv.stat(created),
+        "get": compare(srv.stat(got), stat(floor_get)),
+        "cancel": {
+            **compare(srv.stat(cancelled), stat(floor_cancel)),
+            "rounds": len(round_sizes),
+            "probe": {"window": 1, "server": srv.stat(probe), "floor": stat(floor_probe)},
+        },
+        "memory": {
+            "rss_before_kib": rss_before,
+            "rss_after_kib": rss_after,
+            "bytes_per_task": round((rss_after - rss_before) * 1024 / live, 1),
+        },
+        "server_gc": srv.gc,
+    }
+    log(
+        f"  L={live}: get {_brief(point['get'])}; cancel {_brief(point['cancel'])}; "
+        f"cancel W=1 p99 {point['cancel']['probe']['server']['p99_ms']:.2f} ms; "
+        f"RSS/task {point['memory']['bytes_per_task'] / 1024:.2f} KiB"
+    )
+    return point
+
+
+# -- workload 7: TTL churn --------------------------------------------------------------------------
+def churn(sizes: Sizes, log: Callable[[str], None]) -> dict[str, Any]:
+    """Many short-TTL echo tasks created over time; all must expire and memory come back."""
+    w = sizes.window
+    lo, hi = sizes.churn_ttl_ms
+    span = hi - lo + 1
+
+    def ttl_of(i: int) -> int:
+        return lo + (i * 7919) % span  # spread evenly over [lo, hi]
+
+    srv = server("--default-ttl-ms", str(lo), "--max-ttl-ms", str(hi))
+    chunks: list[dict[str, Any]] = []
+    sample: list[str] = []
+    try:
+        warm = task_ids(srv.run(create_echo(sizes.warmup, ttl_of), w), "warm-up create")
+        srv.run(by_id("tasks/get", warm), w)
+        srv.client.settle(hi / 1000 + 0.5)
+        rss_start = settled_rss(srv, sizes.settle)
+        peak = rss_start
+        t0 = time.monotonic()
+        made = 0
+        every = max(1, sizes.churn_tasks // 200)
+        while made < sizes.churn_tasks:
+            count = min(sizes.churn_chunk, sizes.churn_tasks - made)
+            run = srv.run(create_echo(count, lambda i, base=made: ttl_of(base + i)), w)
+            ids = task_ids(run, "churn create")
+            sample.extend(ids[::every])
+            rss = srv.client.rss_kib()
+            peak = max(peak, rss)
+            chunks.append({**stat(run), "elapsed_s": round(time.monotonic() - t0, 3), "rss_kib": rss})
+            made += count
+        created_at = time.monotonic()
+        left = -1
+        while time.monotonic() < created_at + hi / 1000 + sizes.churn_wait:
+            left = len(srv.client.call("tasks/list")["tasks"])
+            if left == 0:
+                break
+            srv.client.settle(0.1)
+        empty_after = time.monotonic() - created_at
+        probe = srv.run(by_id("tasks/get", sample), w)
+        expired = sum(1 for e in probe.errors.values() if e.get("code") == INVALID_PARAMS)
+        rss_end = settled_rss(srv, sizes.settle)
+    finally:
+        srv.close()
+    first, last = chunks[0]["rate"], chunks[-1]["rate"]
+    out = {
+        "tasks": sizes.churn_tasks,
+        "ttl_ms": [lo, hi],
+        "chunks": chunks,
+        "create_rate": round(sizes.churn_tasks / (created_at - t0), 1),
+        "rate_first_chunk": first,
+        "rate_last_chunk": last,
+        "rate_ratio_last_first": round(last / first, 4) if first else 0.0,
+        "list_empty": left == 0,
+        "list_empty_after_s": round(empty_after, 3),
+        "get_probe": {"sampled": len(sample), "expired_-32602": expired},
+        "rss_start_kib": rss_start,
+        "rss_peak_kib": peak,
+        "rss_end_kib": rss_end,
+        "rss_end_over_start": round(rss_end / rss_start, 4),
+        "server_gc": srv.gc,
+    }
+    log(
+        f"  churn: {sizes.churn_tasks} tasks at {out['create_rate']:.0f}/s, chunk rate first {first:.0f}/s "
+        f"last {last:.0f}/s; list empty {out['list_empty']} after {empty_after:.1f}s; "
+        f"{expired}/{len(sample)} sampled gets -32602; RSS {rss_start} -> peak {peak} -> {rss_end} KiB"
+    )
+    return out
+
+
+def _brief(entry: dict[str, Any]) -> str:
+    s, f = entry["server"], entry["floor"]
+    return (
+        f"{s['rate']:.0f}/s (floor {f['rate']:.0f}/s, x{entry['ratio']:.3f}), "
+        f"p50 {s['p50_ms']:.2f} ms p99 {s['p99_ms']:.2f} ms"
+    )
+
+
+def sizes_dict(sizes: Sizes) -> dict[str, Any]:
+    return asdict(sizes)

@@ -1,0 +1,559 @@
+"""The ``trio-mcp`` command: every subcommand, its errors and exit codes, the live progress
+display in a pseudo-terminal, Ctrl-C cancelling a task, and signal shutdown of ``serve``.
+
+Client commands run in-process with click's CliRunner against one shared
+``trio-mcp serve --ws ... --token`` subprocess (cheap per test); what needs a real process
+(serve, signals, a terminal) runs as a subprocess, always under a deadline.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import select
+import shlex
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import termios
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from click.testing import CliRunner, Result
+
+from trio_mcp import connect
+from trio_mcp.cli import ExitCode, cli, main
+from trio_mcp.cli.app import default_demo_server
+from trio_mcp.cli.errors import CliError
+from trio_mcp.cli.parsing import (
+    coerce_value,
+    format_duration_ms,
+    load_server,
+    parse_duration_ms,
+    parse_tool_arguments,
+)
+from trio_mcp.cli.render import result_lines
+from trio_mcp.protocol.messages import CallToolResult, TextContent, Tool
+from trio_mcp.transports.stdio import open_subprocess_transport
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO_FILE = REPO / "examples" / "demo_server.py"
+PY = sys.executable
+STDIO_TARGET = f"{shlex.quote(PY)} {shlex.quote(str(DEMO_FILE))}"
+CLI = [PY, "-m", "trio_mcp.cli"]
+TOKEN = "test-token"
+ENV = {"COLUMNS": "120", "TRIO_MCP_TOKEN": None, "NO_COLOR": None}
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def invoke(*args: str, env: dict[str, str | None] | None = None) -> Result:
+    return CliRunner().invoke(cli, list(args), env={**ENV, **(env or {})}, catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def ws_url() -> Iterator[str]:
+    """``trio-mcp serve examples/demo_server.py:server --ws 127.0.0.1:0 --token ...``; on
+    teardown, SIGTERM must stop it cleanly (exit 0) at once."""
+    process = subprocess.Popen(
+        [*CLI, "serve", f"{DEMO_FILE}:server", "--ws", "127.0.0.1:0", "--token", TOKEN],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    seen = b""
+    deadline = time.monotonic() + 15
+    try:
+        while (match := re.search(rb"ws://127\.0\.0\.1:(\d+)/", seen)) is None:
+            assert time.monotonic() < deadline, f"serve --ws did not start: {seen!r}"
+            ready, _, _ = select.select([process.stderr], [], [], 0.2)
+            if ready:
+                chunk = os.read(process.stderr.fileno(), 4096)
+                assert chunk, f"serve --ws exited: {seen!r}"
+                seen += chunk
+        yield f"ws://127.0.0.1:{int(match.group(1))}/"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            code = process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+        finally:
+            process.stderr.close()
+    assert code == 0
+
+
+def ws(ws_url: str, *args: str, env: dict[str, str | None] | None = None) -> Result:
+    """Invoke ``trio-mcp <command> <ws_url> <args>`` with the server's token."""
+    command, *rest = args
+    words = command.split()
+    return invoke(*words, ws_url, *rest, env={"TRIO_MCP_TOKEN": TOKEN, **(env or {})})
+
+
+def run_in_pty(
+    argv: list[str],
+    *,
+    trigger: tuple[bytes, Callable[[subprocess.Popen[bytes], int], None]] | None = None,
+    controlling_tty: bool = False,
+    timeout: float = 15.0,
+) -> tuple[int, bytes]:
+    """Run ``argv`` with stdin/stdout/stderr on a pseudo-terminal (110x30); return its exit
+    code and everything it wrote. ``trigger``: when the output first contains the bytes, call
+    the function with (process, pty master fd). ``controlling_tty``: make the terminal the
+    child's controlling terminal in a session of its own, so that typing ^C on it sends
+    SIGINT to its foreground process group, as in a real terminal."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 110, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR", "TRIO_MCP_TOKEN")}
+    env["TERM"] = "xterm-256color"
+
+    def take_terminal() -> None:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    process = subprocess.Popen(
+        argv,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        cwd=REPO,
+        start_new_session=controlling_tty,
+        preexec_fn=take_terminal if controlling_tty else None,
+    )
+    os.close(slave)
+    output = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            assert time.monotonic() < deadline, f"timed out; output so far: {output[-2000:]!r}"
+            if trigger is not None and trigger[0] in output:
+                trigger[1](process, master)
+                trigger = None
+            ready, _, _ = select.select([master], [], [], 0.05)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: every process holding the terminal has gone
+                    break
+                if not chunk:
+                    break
+                output += chunk
+            elif process.poll() is not None:
+                break
+        return process.wait(timeout=max(0.1, deadline - time.monotonic())), output
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(master)
+
+
+def plain(output: bytes) -> str:
+    """Terminal output without ANSI escape sequences."""
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output.decode("utf-8", "replace"))
+
+
+# ------------------------------------------------------------------------ pure helpers
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("500ms", 500),
+        ("30s", 30_000),
+        ("5m", 300_000),
+        ("1h", 3_600_000),
+        ("1.5s", 1500),
+        ("1h30m", 5_400_000),
+    ],
+)
+def test_durations(text: str, ms: int) -> None:
+    assert parse_duration_ms(text) == ms
+
+
+@pytest.mark.parametrize("text", ["5", "", "abc", "5 parsecs", "0s", "-1s", "1x"])
+def test_bad_durations_are_usage_errors(text: str) -> None:
+    with pytest.raises(CliError) as info:
+        parse_duration_ms(text)
+    assert info.value.code == ExitCode.USAGE
+    if text == "5":
+        assert info.value.hint is not None and "5s" in info.value.hint
+
+
+def test_format_duration() -> None:
+    shown = [format_duration_ms(v) for v in (500, 1500, 90_000, 3_600_000, None)]
+    assert shown == ["500ms", "1.5s", "1m30s", "1h", "-"]
+
+
+def test_values_are_coerced_with_the_input_schema() -> None:
+    assert coerce_value("3", {"type": "number"}) == 3
+    assert coerce_value('"3"', {"type": "number"}) == 3
+    assert coerce_value("2.0", {"type": "integer"}) == 2
+    assert coerce_value("123", {"type": "string"}) == "123"
+    assert coerce_value("true", {"type": "string"}) == "true"
+    assert coerce_value('"quoted"', {"type": "string"}) == "quoted"
+    assert coerce_value("yes", {"type": "boolean"}) is True
+    assert coerce_value("[1, 2]", {"type": "array"}) == [1, 2]
+    assert coerce_value("null", {"anyOf": [{"type": "number"}, {"type": "null"}]}) is None
+    assert coerce_value("3", {"anyOf": [{"type": "string"}, {"type": "number"}]}) == 3
+    assert coerce_value("b", {"enum": ["a", "b"]}) == "b"
+    assert coerce_value("hello", {}) == "hello"
+    assert coerce_value('{"a": 1}', {}) == {"a": 1}
+    for raw, kind in [("x", "number"), ("1.5", "integer"), ("maybe", "boolean")]:
+        with pytest.raises(ValueError):
+            coerce_value(raw, {"type": kind})
+    with pytest.raises(ValueError, match='"a", "b"'):
+        coerce_value("c", {"enum": ["a", "b"]})
+
+
+SLEEP = Tool(
+    name="sleep",
+    input_schema={
+        "type": "object",
+        "properties": {"seconds": {"type": "number"}, "label": {"type": "string"}},
+        "required": ["seconds"],
+        "additionalProperties": False,
+    },
+)
+
+
+def test_tool_arguments(tmp_path: Path) -> None:
+    assert parse_tool_arguments(SLEEP, ["seconds=3", "label=7"]) == {"seconds": 3, "label": "7"}
+    assert parse_tool_arguments(SLEEP, ["label=x"], '{"seconds": 1.5}') == {"seconds": 1.5, "label": "x"}
+    assert parse_tool_arguments(SLEEP, ["seconds=2"], '{"seconds": 1}') == {"seconds": 2}
+    args_file = tmp_path / "args.json"
+    args_file.write_text('{"seconds": 4}')
+    assert parse_tool_arguments(SLEEP, [], f"@{args_file}") == {"seconds": 4}
+    failures = {
+        "seconds=abc": (["seconds=abc"], None, "expects a number"),
+        "unknown": (["secs=1"], None, "did you mean 'seconds'"),
+        "missing": (["label=x"], None, "needs argument seconds"),
+        "no equals": (["seconds"], None, "expected key=value"),
+        "json list": ([], "[1]", "must be a JSON object"),
+        "json syntax": ([], "{seconds: 1}", "not valid JSON"),
+        "json type": ([], '{"seconds": "soon"}', "must be number"),
+        "json file": ([], f"@{tmp_path / 'missing.json'}", "cannot read"),
+    }
+    for pairs, json_args, message in failures.values():
+        with pytest.raises(CliError) as info:
+            parse_tool_arguments(SLEEP, pairs, json_args)
+        assert info.value.code == ExitCode.USAGE
+        assert message in f"{info.value.message} {info.value.hint}"
+
+
+def test_load_server_from_a_file_or_a_module(tmp_path: Path) -> None:
+    assert load_server(f"{DEMO_FILE}:server").info.name == "trio-mcp-demo"
+    assert load_server("trio_mcp.cli.demo_server").info.name == "trio-mcp-demo"  # OBJECT defaults to server
+    broken = tmp_path / "broken_server.py"
+    broken.write_text("raise RuntimeError('boom at import')\n")
+    cases = {
+        f"{tmp_path / 'nope.py'}:server": "no such file",
+        f"{DEMO_FILE}:srv": "Server objects in it",
+        f"{DEMO_FILE}:trio": "not a trio_mcp.Server",
+        "no_such_module_xyz:server": "no module named 'no_such_module_xyz'",
+        "bad spec:server": "neither a module name",
+        f"{DEMO_FILE}:": "invalid SERVER spec",
+        f"{broken}:server": "RuntimeError: boom at import",
+    }
+    for spec, message in cases.items():
+        with pytest.raises(CliError) as info:
+            load_server(spec)
+        assert info.value.code == ExitCode.USAGE
+        assert message in f"{info.value.message} {info.value.hint}", spec
+    assert info.value.details is not None and "Traceback" in info.value.details
+
+
+def test_results_print_text_and_structured_content() -> None:
+    structured = CallToolResult(content=[TextContent('{"a": 1}')], structured_content={"a": 1})
+    assert result_lines(structured) == ['{\n  "a": 1\n}']  # the JSON text block is not repeated
+    mixed = CallToolResult(content=[TextContent("hello"), TextContent("world")])
+    assert result_lines(mixed) == ["hello", "world"]
+
+
+def test_demo_uses_the_example_server_of_a_checkout() -> None:
+    assert default_demo_server().endswith("examples/demo_server.py:server")
+
+
+# ----------------------------------------------------------------------------------- help
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "",
+        "serve",
+        "tools",
+        "call",
+        "demo",
+        "tasks",
+        "tasks list",
+        "tasks get",
+        "tasks result",
+        "tasks cancel",
+    ],
+)
+def test_help_on_every_command_has_examples_and_exit_codes(command: str) -> None:
+    result = invoke(*command.split(), "--help")
+    assert result.exit_code == 0
+    assert "Example" in result.stdout
+    assert "130" in result.stdout
+
+
+def test_main_maps_usage_errors_and_help_to_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["no-such-command"])
+    assert info.value.code == ExitCode.USAGE
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert "trio-mcp" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------- tools
+
+
+def test_tools_over_stdio_shows_task_support() -> None:
+    result = invoke("tools", STDIO_TARGET)
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): line for line in result.stdout.splitlines() if line.count("│") > 3}
+    assert "optional" in rows["sleep"] and "seconds: number" in rows["sleep"]
+    assert "forbidden" in rows["add"] and "required" in rows["batch_job"]
+    assert "trio-mcp-demo 0.1.0 (protocol 2025-11-25)" in result.stdout
+
+
+def test_tools_as_json(ws_url: str) -> None:
+    result = ws(ws_url, "tools", "-o", "json")
+    assert result.exit_code == 0, result.output
+    tools = {tool["name"]: tool for tool in json.loads(result.stdout)}
+    assert tools["batch_job"]["execution"] == {"taskSupport": "required"}
+    assert tools["echo"]["inputSchema"]["required"] == ["text"]
+
+
+# ----------------------------------------------------------------------------------- call
+
+
+def test_plain_calls_coerce_arguments(ws_url: str) -> None:
+    result = ws(ws_url, "call", "echo", "text=123")
+    assert (result.exit_code, result.stdout) == (0, "123\n")
+    result = ws(ws_url, "call", "add", "a=2", 'b="3"')
+    assert (result.exit_code, result.stdout) == (0, "5.0\n")
+    result = ws(ws_url, "call", "echo", "--json", '{"text": "from json"}')
+    assert (result.exit_code, result.stdout) == (0, "from json\n")
+    result = ws(ws_url, "call", "echo", "text=hi", "-o", "json")
+    assert json.loads(result.stdout)["content"] == [{"type": "text", "text": "hi"}]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["ech", "text=hi"], ExitCode.USAGE, "did you mean 'echo'"),
+        (["add", "a=two", "b=3"], ExitCode.USAGE, "argument 'a' of tool 'add' expects a number, got 'two'"),
+        (["add", "a=1", "b=2", "--task"], ExitCode.USAGE, "cannot run as a task"),
+        (["batch_job", "seconds=1"], ExitCode.USAGE, "only runs as a task"),
+        (["sleep", "seconds=1", "--task", "--ttl", "soon"], ExitCode.USAGE, "invalid duration 'soon'"),
+        (["sleep", "seconds=1", "--ttl", "5s"], ExitCode.USAGE, "only apply with --task"),
+        (["fail", "message=boom"], ExitCode.TOOL_ERROR, "Error from tool fail: boom"),
+    ],
+)
+def test_call_errors(ws_url: str, args: list[str], code: int, message: str) -> None:
+    result = ws(ws_url, "call", *args)
+    assert result.exit_code == code, result.output
+    assert message in result.stderr
+    assert result.stdout == ""
+
+
+def test_call_as_a_task_follows_it_and_prints_the_result(ws_url: str) -> None:
+    result = ws(ws_url, "call", "sleep", "seconds=0.3", "--task", "--ttl", "1m")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "slept 0.3s\n"
+    assert re.search(r"Created \S+ working \(ttl 1m, poll every 500ms\)", result.stderr)
+    assert "completed" in result.stderr  # not a terminal: one line per status change
+
+
+def test_call_as_a_task_with_json_output(ws_url: str) -> None:
+    result = ws(ws_url, "call", "sleep", "seconds=0.2", "--task", "-o", "json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["task"]["status"] == "completed"
+    assert report["result"]["content"][0]["text"] == "slept 0.2s"
+    assert report["error"] is None
+    assert result.stderr == ""
+
+
+def test_a_failing_task_exits_1(ws_url: str) -> None:
+    result = ws(ws_url, "call", "fail", "message=broken", "--task")
+    assert result.exit_code == ExitCode.TOOL_ERROR
+    assert "failed - broken" in result.stderr and "Error from tool fail: broken" in result.stderr
+
+
+# ---------------------------------------------------------------------------------- tasks
+
+
+def test_tasks_outlive_one_invocation_on_a_websocket_server_with_a_token(ws_url: str) -> None:
+    created = ws(ws_url, "call", "batch_job", "seconds=30", "--task", "--detach")
+    assert created.exit_code == 0, created.output
+    task_id = created.stdout.strip()
+    listed = ws(ws_url, "tasks list", "-o", "json")
+    assert {"taskId": task_id, "status": "working"}.items() <= {
+        k: v for t in json.loads(listed.stdout) if t["taskId"] == task_id for k, v in t.items()
+    }.items()
+    table = ws(ws_url, "tasks list")
+    assert task_id in table.stdout and "batch job running" in table.stdout
+    got = ws(ws_url, "tasks get", task_id)
+    assert got.exit_code == 0 and "working" in got.stdout and "1h" in got.stdout
+
+    cancelled = ws(ws_url, "tasks cancel", task_id)
+    assert (cancelled.exit_code, cancelled.stdout.split()[:2]) == (0, [task_id, "cancelled"])
+    result = ws(ws_url, "tasks result", task_id)
+    assert result.exit_code == ExitCode.TOOL_ERROR and "Task cancelled" in result.stderr
+    again = ws(ws_url, "tasks cancel", task_id)
+    assert again.exit_code == ExitCode.PROTOCOL and "already in terminal status" in again.stderr
+    unknown = ws(ws_url, "tasks get", "no-such-task")
+    assert unknown.exit_code == ExitCode.PROTOCOL and "Task not found" in unknown.stderr
+
+    quick = ws(ws_url, "call", "batch_job", "seconds=0.1", "--task", "--detach", "-o", "json")
+    quick_id = json.loads(quick.stdout)["taskId"]
+    done = ws(ws_url, "tasks result", quick_id)
+    assert (done.exit_code, done.stdout) == (0, "batch job done after 0.1s\n")
+
+
+def test_tasks_on_a_stdio_target_see_a_fresh_server() -> None:
+    result = invoke("tasks", "list", STDIO_TARGET)
+    assert result.exit_code == 0
+    assert "fresh server" in result.stderr and "No tasks." in result.stderr
+
+
+# ---------------------------------------------------------------------- connection errors
+
+
+def test_connection_errors_exit_3(ws_url: str) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed_port = sock.getsockname()[1]
+    cases: list[tuple[list[str], dict[str, str | None], str]] = [
+        (["tools", f"ws://127.0.0.1:{closed_port}/"], {}, "cannot connect"),
+        (["tools", ws_url], {}, "pass --token"),
+        (["tools", ws_url, "--token", "wrong"], {}, "HTTP 401"),
+        (["tools", "no-such-command-xyz --serve"], {}, "command not found"),
+        (["tools", f"{shlex.quote(PY)} -c 'import sys; sys.exit(7)'"], {}, "exited with status 7"),
+        (["tools", "sleep 30", "--timeout", "300ms"], {}, "did not complete the MCP handshake within 0.3s"),
+    ]
+    for args, env, message in cases:
+        result = invoke(*args, env=env)
+        assert result.exit_code == ExitCode.CONNECTION, (args, result.output)
+        assert message in result.stderr, (args, result.stderr)
+
+
+def test_bad_target_syntax_is_a_usage_error() -> None:
+    result = invoke("tools", "python 'unbalanced")
+    assert result.exit_code == ExitCode.USAGE and "cannot split TARGET" in result.stderr
+
+
+# ---------------------------------------------------------------------------------- serve
+
+
+def test_serve_rejects_a_bad_server_spec_and_options() -> None:
+    result = invoke("serve", "examples/nope.py:server")
+    assert result.exit_code == ExitCode.USAGE and "no such file" in result.stderr
+    result = invoke("serve", f"{DEMO_FILE}:server", "--ws", "localhost:http")
+    assert result.exit_code == ExitCode.USAGE and "numeric port" in result.stderr
+    result = invoke("serve", f"{DEMO_FILE}:server", "--token", "x")
+    assert result.exit_code == ExitCode.USAGE and "only apply with --ws" in result.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_serve_over_stdio_shuts_down_cleanly_on_a_signal(signum: int) -> None:
+    command = [*CLI, "serve", f"{DEMO_FILE}:server"]
+    with trio.fail_after(15):
+        async with open_subprocess_transport(command) as transport, connect(transport) as client:
+            created = await client.call_tool_as_task("sleep", {"seconds": 3600})
+            assert created.task.status == "working"
+            transport.process.send_signal(signum)
+            with trio.fail_after(3):
+                await transport.process.wait()
+    assert transport.process.returncode == 0
+
+
+# -------------------------------------------------------------- a terminal: progress, Ctrl-C
+
+
+def test_progress_bar_in_a_terminal(ws_url: str) -> None:
+    code, output = run_in_pty([*CLI, "call", ws_url, "sleep", "seconds=1", "--task", "--token", TOKEN])
+    text = plain(output)
+    assert code == 0, text
+    assert "━" in text  # the bar
+    percentages = {int(p) for p in re.findall(r"(\d+)%", text)}
+    assert {10, 50, 100} <= percentages, percentages
+    assert "sleeping: step" in text  # the status message
+    assert re.search(r"0:00:0\d", text)  # elapsed time
+    assert "✔ sleep" in text and "completed" in text
+    assert text.rstrip().endswith("slept 1.0s")
+
+
+def _task_status(ws_url: str, task_id: str) -> str:
+    result = ws(ws_url, "tasks get", task_id, "-o", "json")
+    assert result.exit_code == 0, result.output
+    status: str = json.loads(result.stdout)["status"]
+    return status
+
+
+def test_sigint_during_a_task_cancels_it_and_exits_130(ws_url: str) -> None:
+    def interrupt(process: subprocess.Popen[bytes], master: int) -> None:
+        process.send_signal(signal.SIGINT)
+
+    argv = [*CLI, "call", ws_url, "sleep", "seconds=3600", "--task", "--token", TOKEN]
+    code, output = run_in_pty(argv, trigger=(b"sleeping: step", interrupt))
+    text = plain(output)
+    assert code == ExitCode.INTERRUPTED, text
+    match = re.search(r"final status: (\S+) cancelled", text)
+    assert match, text
+    assert _task_status(ws_url, match.group(1)) == "cancelled"  # really cancelled on the server
+
+
+def test_ctrl_c_typed_in_the_terminal_cancels_a_stdio_task(tmp_path: Path) -> None:
+    # ^C reaches the whole foreground process group; the stdio server we spawned must not die
+    # of it before it has answered tasks/cancel (the CLI starts it in a session of its own).
+    def type_ctrl_c(process: subprocess.Popen[bytes], master: int) -> None:
+        os.write(master, b"\x03")
+
+    argv = [*CLI, "call", STDIO_TARGET, "sleep", "seconds=3600", "--task"]
+    code, output = run_in_pty(argv, trigger=(b"sleeping: step", type_ctrl_c), controlling_tty=True)
+    text = plain(output)
+    assert code == ExitCode.INTERRUPTED, text
+    assert re.search(r"final status: \S+ cancelled - The task was cancelled by request", text), text
+
+
+# ----------------------------------------------------------------------------------- demo
+
+
+def test_demo_walks_through_tasks() -> None:
+    result = invoke("demo", "--server", "trio_mcp.cli.demo_server:server", "--pace", "0.25")
+    assert result.exit_code == 0, result.output
+    out: Any = result.stdout
+    for expected in [
+        "Connected to trio-mcp-demo",
+        "1. Create a task and follow it",
+        "tasks/result: 'slept 0.5s'",
+        "batch job done after 0.25s",
+        "tasks/cancel: ",
+        "error -32602: Cannot cancel task",
+        "error -32011",
+        "isError=True: something broke",
+        "add as a task: error -32601",
+        "5. tasks/list",
+        "Done.",
+    ]:
+        assert expected in out, expected
+    assert out.count("cancelled") >= 3

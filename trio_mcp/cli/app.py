@@ -1,0 +1,772 @@
+"""The ``trio-mcp`` commands (click), each running Trio inside with ``trio.run``."""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import logging
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+import trio
+from click.core import ParameterSource
+from rich.markup import escape
+from rich.text import Text
+
+from ..actors.client import Client
+from ..actors.server import Server
+from ..protocol.errors import TASK_CANCELLED, McpError
+from ..protocol.messages import CallToolResult, Task, Tool
+from ..protocol.tasks import TaskStatus
+from .errors import CliError, ExitCode, usage_error
+from .follow import TaskFollower
+from .parsing import (
+    DURATION_HELP,
+    SPEC_HELP,
+    format_duration_ms,
+    load_server,
+    parse_duration_ms,
+    parse_tool_arguments,
+    suggest,
+)
+from .render import (
+    dump_json,
+    print_error,
+    print_result,
+    stderr_console,
+    stdout_console,
+    task_line,
+    task_table,
+    tasks_table,
+    tools_table,
+    wire,
+)
+from .runner import Interrupts, as_cli_error, is_url, open_target, run_trio
+
+__all__ = ["cli", "main"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+log = logging.getLogger("trio_mcp.cli")
+
+EXIT_CODES_HELP = """\b
+Exit codes:
+  0    success
+  1    the tool returned an error (isError), or the task failed or was cancelled
+  2    usage error: unknown tool/argument, bad value, bad duration, bad SERVER spec
+  3    connection error: TARGET could not be started, reached, or went away
+  4    protocol error: the server answered with a JSON-RPC error (e.g. unknown task id)
+  130  interrupted by Ctrl-C (143: by SIGTERM); a running task is cancelled first"""
+
+
+def _version() -> str:
+    try:
+        return metadata.version("trio-mcp")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "unknown"
+
+
+class Duration(click.ParamType):  # type: ignore[type-arg]  # generic only in click >= 8.2
+    """A click parameter type for durations (``30s``, ``5m``, ``1h``, ``500ms``): milliseconds."""
+
+    name = "DURATION"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_duration_ms(str(value))
+        except CliError as exc:
+            self.fail(exc.message + (f" ({exc.hint})" if exc.hint else ""), param, ctx)
+
+
+DURATION = Duration()
+
+
+def _execute(body: Callable[[Interrupts], Awaitable[int]]) -> NoReturn:
+    """Run ``body`` in Trio and exit with its code; user-facing errors become messages."""
+    err = stderr_console()
+
+    def interrupted() -> None:
+        err.print("[bold yellow]Interrupted.[/]")
+
+    try:
+        code = run_trio(body, on_interrupted=interrupted)
+    except KeyboardInterrupt:
+        interrupted()
+        code = ExitCode.INTERRUPTED
+    except Exception as exc:
+        error = as_cli_error(exc)
+        if error is None:
+            raise
+        print_error(err, error)
+        code = error.code
+    except BaseExceptionGroup as group:  # pragma: no cover - a group with KeyboardInterrupt
+        error = as_cli_error(group)
+        if error is None:
+            raise
+        print_error(err, error)
+        code = error.code
+    raise SystemExit(int(code))
+
+
+def client_options(fn: F) -> F:
+    """``--token``, ``--timeout`` and ``--output``, shared by the commands that connect."""
+    fn = click.option(
+        "--output",
+        "-o",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help="text: tables and a progress bar for people; json: machine-readable JSON on stdout.",
+    )(fn)
+    fn = click.option(
+        "--timeout",
+        type=DURATION,
+        default="10s",
+        show_default=True,
+        metavar="DURATION",
+        help="How long to wait for TARGET to connect and complete the MCP handshake.",
+    )(fn)
+    fn = click.option(
+        "--token",
+        envvar="TRIO_MCP_TOKEN",
+        metavar="TOKEN",
+        help="Bearer token for a ws:// TARGET started with `serve --ws ... --token` [env: TRIO_MCP_TOKEN].",
+    )(fn)
+    return fn
+
+
+def _find_tool(tools: Sequence[Tool], name: str) -> Tool:
+    for tool in tools:
+        if tool.name == name:
+            return tool
+    names = [tool.name for tool in tools]
+    did_you_mean = suggest(name, names)
+    available = ", ".join(names) or "none"
+    raise usage_error(
+        f"the server has no tool {name!r}",
+        hint=f"{did_you_mean + ' ' if did_you_mean else ''}its tools: {available}",
+    )
+
+
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=EXIT_CODES_HELP,
+)
+@click.version_option(_version(), "-V", "--version", prog_name="trio-mcp")
+def cli() -> None:
+    """Serve, inspect and call MCP servers whose tool calls run as tasks (MCP 2025-11-25).
+
+    TARGET, for the client commands, is either a command line that starts a stdio server,
+    given as one quoted argument, or the ws:// URL of a server started with `serve --ws`.
+
+    \b
+    Examples:
+      trio-mcp demo
+      trio-mcp serve examples/demo_server.py:server --ws 127.0.0.1:8765 --token s3cret
+      trio-mcp tools "python examples/demo_server.py"
+      trio-mcp call "python examples/demo_server.py" sleep seconds=3 --task
+      trio-mcp tasks list ws://127.0.0.1:8765 --token s3cret
+    """
+
+
+# ------------------------------------------------------------------------------------ serve
+
+
+def _authenticator(token: str) -> Callable[[str], str | None]:
+    expected = token.encode()
+
+    def authenticate(offered: str) -> str | None:
+        return "cli-token" if hmac.compare_digest(offered.encode(), expected) else None
+
+    return authenticate
+
+
+@cli.command(epilog=EXIT_CODES_HELP)
+@click.argument("spec", metavar="SERVER")
+@click.option(
+    "--ws",
+    metavar="HOST:PORT",
+    help="Serve over WebSocket on HOST:PORT (e.g. 127.0.0.1:8765, :8765, [::1]:8765; port 0 picks one) "
+    "instead of stdio.",
+)
+@click.option(
+    "--token",
+    envvar="TRIO_MCP_TOKEN",
+    metavar="TOKEN",
+    help="With --ws: require `Authorization: Bearer TOKEN`; tasks then belong to the token, not the "
+    "connection, and outlive it [env: TRIO_MCP_TOKEN].",
+)
+@click.option(
+    "--allow-origin",
+    "origins",
+    multiple=True,
+    metavar="ORIGIN",
+    help="With --ws: a browser Origin to accept (repeatable; e.g. https://app.example.com or "
+    "http://localhost:*). Default: localhost on any port. Clients that send no Origin are always accepted.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="warning",
+    show_default=True,
+    help="Logging threshold; logs go to stderr.",
+)
+@click.pass_context
+def serve(
+    ctx: click.Context, spec: str, ws: str | None, token: str | None, origins: tuple[str, ...], log_level: str
+) -> None:
+    """Serve the trio_mcp.Server object SERVER over stdio (default) or WebSocket.
+
+    SERVER is MODULE:OBJECT (imported like `python -m`, from the current directory too) or
+    FILE.py:OBJECT; OBJECT defaults to `server`. Logs go to stderr; stdout carries only MCP
+    messages. SIGINT (Ctrl-C) or SIGTERM shuts down cleanly: running tasks are cancelled and
+    the command exits 0. Over stdio it also exits when stdin closes.
+
+    \b
+    Examples:
+      trio-mcp serve examples/demo_server.py:server
+      trio-mcp serve mypkg.tools:server --log-level info
+      trio-mcp serve trio_mcp.cli.demo_server:server --ws 127.0.0.1:8765 --token s3cret
+    """
+    token_given = ctx.get_parameter_source("token") not in (ParameterSource.ENVIRONMENT, None)
+    if ws is None and (origins or (token and token_given)):
+        raise click.UsageError("--token and --allow-origin only apply with --ws HOST:PORT")
+    address: tuple[str, int] | None = None
+    if ws is not None:
+        from ..transports.websocket import parse_host_port
+
+        try:
+            address = parse_host_port(ws)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--ws'") from None
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, log_level.upper()),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+    )
+    err = stderr_console()
+    try:
+        server = load_server(spec)
+    except CliError as exc:
+        print_error(err, exc)
+        raise SystemExit(int(exc.code)) from None
+
+    async def body(interrupts: Interrupts) -> int:
+        with trio.CancelScope() as scope:
+
+            def stop() -> None:
+                log.warning("signal received: shutting down (running tasks are cancelled)")
+                scope.cancel()
+
+            interrupts.handler = stop
+            if address is None:
+                log.info("serving %s over stdio", server.info.name)
+                await server.serve_stdio()
+                log.info("stdin closed: shutting down")
+            else:
+                await _serve_ws(server, address, token, origins)
+        return ExitCode.OK
+
+    _execute(body)
+
+
+async def _serve_ws(
+    server: Server, address: tuple[str, int], token: str | None, origins: tuple[str, ...]
+) -> None:
+    from ..transports.websocket import DEFAULT_ALLOWED_ORIGINS, serve_websocket
+
+    host, port = address
+    serve = functools.partial(
+        serve_websocket,
+        server,
+        host,
+        port,
+        allowed_origins=origins or DEFAULT_ALLOWED_ORIGINS,
+        authenticate=_authenticator(token) if token else None,
+    )
+    err = stderr_console()
+    async with trio.open_nursery() as nursery:
+        try:
+            bound = await nursery.start(serve)
+        except OSError as exc:
+            raise CliError(
+                ExitCode.CONNECTION,
+                f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                hint="is another server using that port? port 0 picks a free one",
+            ) from None
+        except ValueError as exc:
+            raise usage_error(str(exc)) from None
+        literal = f"[{host}]" if ":" in host else host
+        count = len(server.tools)
+        err.print(
+            Text.assemble(
+                "Serving ",
+                (server.info.name, "bold"),
+                f" {server.info.version} ({count} tool{'s' if count != 1 else ''}) on ",
+                (f"ws://{literal}:{bound}/", "bold cyan"),
+            )
+        )
+        if token:
+            err.print("Clients must send the token; their tasks belong to it and outlive connections.")
+        else:
+            err.print("No --token: each connection's tasks are cancelled when it closes.")
+        err.print("Press Ctrl-C to stop.")
+
+
+# ------------------------------------------------------------------------------------ tools
+
+
+@cli.command(epilog=EXIT_CODES_HELP)
+@click.argument("target")
+@client_options
+def tools(target: str, token: str | None, timeout: int, output: str) -> None:
+    """List the tools of TARGET and whether each can run as a task.
+
+    Task support is `optional` (call it either way), `required` (only with `call --task`) or
+    `forbidden` (only without).
+
+    \b
+    Examples:
+      trio-mcp tools "python examples/demo_server.py"
+      trio-mcp tools ws://127.0.0.1:8765 --token s3cret -o json
+    """
+
+    async def body(interrupts: Interrupts) -> int:
+        async with open_target(target, token=token, connect_timeout=timeout / 1000) as client:
+            found = await client.list_tools()
+            info = client.server
+        if output == "json":
+            dump_json([wire(tool) for tool in found])
+        else:
+            title = None
+            if info is not None:
+                title = (
+                    f"{info.server_info.name} {info.server_info.version} (protocol {info.protocol_version})"
+                )
+            stdout_console().print(tools_table(found, title=title))
+        return ExitCode.OK
+
+    _execute(body)
+
+
+# ------------------------------------------------------------------------------------- call
+
+
+@cli.command(epilog=EXIT_CODES_HELP)
+@click.argument("target")
+@click.argument("tool_name", metavar="TOOL")
+@click.argument("pairs", metavar="[KEY=VALUE]...", nargs=-1)
+@click.option(
+    "--json",
+    "json_args",
+    metavar="JSON",
+    help="All arguments as one JSON object (or @FILE to read it from a file); KEY=VALUE pairs override it.",
+)
+@click.option("--task", "as_task", is_flag=True, help="Run the call as a task and follow it to the end.")
+@click.option(
+    "--ttl",
+    type=DURATION,
+    metavar="DURATION",
+    help=f"With --task: how long the server keeps the task and its result ({DURATION_HELP}).",
+)
+@click.option(
+    "--detach",
+    is_flag=True,
+    help="With --task: print the task id and exit at once; follow it later with `trio-mcp tasks`.",
+)
+@client_options
+def call(
+    target: str,
+    tool_name: str,
+    pairs: tuple[str, ...],
+    json_args: str | None,
+    as_task: bool,
+    ttl: int | None,
+    detach: bool,
+    token: str | None,
+    timeout: int,
+    output: str,
+) -> None:
+    """Call TOOL on TARGET with arguments KEY=VALUE...; print its result.
+
+    Each VALUE is read as JSON when it parses (3, true, [1,2], {"a":1}, "quoted"), else as a
+    string, then fitted to the tool's inputSchema: a string parameter keeps the text as
+    typed (text=123 is "123"), "3" for a number is 3, yes/no work for booleans. Text content
+    is printed as text and structuredContent as JSON, on stdout.
+
+    With --task the call becomes a task: a live progress bar (percentage when the server
+    reports a total, a spinner otherwise), the task's status message and the elapsed time
+    are shown on stderr until it ends, then the result is printed. Ctrl-C sends tasks/cancel,
+    reports the final status and exits 130.
+
+    \b
+    Examples:
+      trio-mcp call "python examples/demo_server.py" echo text="hello world"
+      trio-mcp call "python examples/demo_server.py" add a=2 b=3
+      trio-mcp call "python examples/demo_server.py" sleep seconds=5 --task --ttl 5m
+      trio-mcp call ws://127.0.0.1:8765 batch_job --json '{"seconds": 60}' --task --detach --token s3cret
+      trio-mcp call "python examples/demo_server.py" sleep seconds=1 --task -o json
+    """
+    if not as_task and (ttl is not None or detach):
+        raise click.UsageError("--ttl and --detach only apply with --task")
+
+    async def body(interrupts: Interrupts) -> int:
+        async with open_target(target, token=token, connect_timeout=timeout / 1000) as client:
+            tool = _find_tool(await client.list_tools(), tool_name)
+            arguments = parse_tool_arguments(tool, pairs, json_args)
+            support = tool.task_support
+            if as_task and support == "forbidden":
+                raise usage_error(
+                    f"tool {tool.name!r} cannot run as a task (taskSupport: forbidden)", hint="drop --task"
+                )
+            if not as_task and support == "required":
+                raise usage_error(
+                    f"tool {tool.name!r} only runs as a task (taskSupport: required)", hint="add --task"
+                )
+            if not as_task:
+                return await _plain_call(client, tool.name, arguments, output)
+            return await _task_call(client, tool.name, arguments, ttl, detach, output, interrupts)
+
+    _execute(body)
+
+
+async def _plain_call(client: Client, name: str, arguments: dict[str, Any], output: str) -> int:
+    err = stderr_console()
+    if output == "text" and err.is_terminal:
+        with err.status(f"calling {escape(name)}…"):
+            result = await client.call_tool(name, arguments)
+    else:
+        result = await client.call_tool(name, arguments)
+    if output == "json":
+        dump_json(wire(result))
+    else:
+        print_result(result, err=err, tool=name)
+    return ExitCode.TOOL_ERROR if result.is_error else ExitCode.OK
+
+
+async def _outcome(client: Client, task: Task) -> tuple[CallToolResult | None, McpError | None]:
+    """The result (or error) of a terminal task."""
+    if task.status == TaskStatus.CANCELLED:
+        return None, None
+    try:
+        return await client.task_result(task.task_id), None
+    except McpError as exc:
+        return None, exc
+
+
+def _report(task: Task, result: CallToolResult | None, error: McpError | None, output: str, tool: str) -> int:
+    """Print how a task ended; return the exit code for it."""
+    err = stderr_console()
+    if output == "json":
+        dump_json(
+            {
+                "task": wire(task),
+                "result": wire(result) if result is not None else None,
+                "error": {"code": error.code, "message": error.message} if error is not None else None,
+            }
+        )
+    elif result is not None:
+        print_result(result, err=err, tool=tool)
+    elif error is not None:
+        if error.code == TASK_CANCELLED or task.status == TaskStatus.CANCELLED:
+            err.print(Text.assemble(("Task cancelled: ", "bold magenta"), task.task_id))
+        else:
+            err.print(Text.assemble(("Task failed: ", "bold red"), f"error {error.code}: {error.message}"))
+    elif task.status == TaskStatus.CANCELLED:
+        err.print(Text.assemble(("Task cancelled: ", "bold magenta"), task.task_id))
+    if task.status == TaskStatus.COMPLETED and result is not None and not result.is_error:
+        return ExitCode.OK
+    return ExitCode.TOOL_ERROR
+
+
+async def _task_call(
+    client: Client,
+    name: str,
+    arguments: dict[str, Any],
+    ttl: int | None,
+    detach: bool,
+    output: str,
+    interrupts: Interrupts,
+) -> int:
+    err = stderr_console()
+    follower = TaskFollower(
+        client,
+        label=name,
+        err=err,
+        display="none" if output == "json" or detach else "auto",
+        interrupts=interrupts,
+    )
+    created = await follower.create(name, arguments, ttl_ms=ttl)
+    if detach and not follower.cancel_requested:
+        follower.detach()
+        if output == "json":
+            dump_json(wire(created))
+        else:
+            sys.stdout.write(created.task_id + "\n")
+            sys.stdout.flush()
+            err.print(Text.assemble("Created ", task_line(created)))
+            if not is_url_target(client):
+                err.print(
+                    "[yellow]Note:[/] TARGET is a stdio command: the task ends with this invocation's server."
+                )
+        return ExitCode.OK
+    if output == "text":
+        err.print(
+            Text.assemble(
+                "Created ",
+                task_line(created),
+                f" (ttl {format_duration_ms(created.ttl)}, poll every "
+                f"{format_duration_ms(created.poll_interval)}). Ctrl-C cancels it.",
+            )
+        )
+    final = await follower.follow()
+    if follower.cancel_requested:
+        if output == "json":
+            dump_json({"task": wire(final), "result": None, "error": None})
+        else:
+            err.print(Text.assemble("Cancel requested; final status: ", task_line(final)))
+        return int(interrupts.exit_code)
+    result, error = await _outcome(client, final)
+    return _report(final, result, error, output, name)
+
+
+def is_url_target(client: Client) -> bool:
+    from ..transports.stdio import StreamTransport
+
+    return not isinstance(client.transport, StreamTransport)
+
+
+# ------------------------------------------------------------------------------------ tasks
+
+
+@cli.group(epilog=EXIT_CODES_HELP)
+def tasks() -> None:
+    """List, inspect, await and cancel tasks on TARGET.
+
+    Tasks outlive one invocation only on a WebSocket server started with a token
+    (`serve --ws HOST:PORT --token TOKEN`), reached with the same --token: the tasks belong
+    to the token. With a stdio TARGET every invocation starts a fresh server, whose task
+    list is empty (this works, but is rarely useful). Without a token a WebSocket server
+    cancels a connection's tasks when it closes.
+
+    \b
+    Examples:
+      export TRIO_MCP_TOKEN=s3cret
+      trio-mcp serve examples/demo_server.py:server --ws 127.0.0.1:8765 &
+      ID=$(trio-mcp call ws://127.0.0.1:8765 batch_job seconds=60 --task --detach)
+      trio-mcp tasks list ws://127.0.0.1:8765
+      trio-mcp tasks get ws://127.0.0.1:8765 $ID
+      trio-mcp tasks result ws://127.0.0.1:8765 $ID
+      trio-mcp tasks cancel ws://127.0.0.1:8765 $ID
+    """
+
+
+def _stdio_note(target: str) -> None:
+    if not is_url(target):
+        stderr_console().print(
+            "[yellow]Note:[/] TARGET is a stdio command, so this is a fresh server with no earlier tasks; "
+            "use a ws:// server with --token for tasks that outlive one invocation."
+        )
+
+
+def _task_not_found_hint(target: str) -> str:
+    if is_url(target):
+        return (
+            "check the id with `trio-mcp tasks list`; "
+            "a server without --token only shows a connection its own tasks"
+        )
+    return "a stdio TARGET is a fresh server each time: it only knows tasks created in this invocation"
+
+
+async def _task_request(target: str, coro: Callable[[], Awaitable[Any]]) -> Any:
+    try:
+        return await coro()
+    except McpError as exc:
+        raise CliError(
+            ExitCode.PROTOCOL,
+            f"the server answered error {exc.code}: {exc.message}",
+            hint=_task_not_found_hint(target) if "not found" in exc.message.lower() else None,
+        ) from None
+
+
+@tasks.command("list", epilog=EXIT_CODES_HELP)
+@click.argument("target")
+@client_options
+def tasks_list(target: str, token: str | None, timeout: int, output: str) -> None:
+    """List the tasks TARGET has for us (all pages).
+
+    \b
+    Examples:
+      trio-mcp tasks list ws://127.0.0.1:8765 --token s3cret
+      trio-mcp tasks list ws://127.0.0.1:8765 --token s3cret -o json
+    """
+
+    async def body(interrupts: Interrupts) -> int:
+        _stdio_note(target)
+        async with open_target(target, token=token, connect_timeout=timeout / 1000) as client:
+            found = [task async for task in client.all_tasks()]
+        if output == "json":
+            dump_json([wire(task) for task in found])
+        elif found:
+            stdout_console().print(tasks_table(found))
+        else:
+            stderr_console().print("No tasks.")
+        return ExitCode.OK
+
+    _execute(body)
+
+
+@tasks.command("get", epilog=EXIT_CODES_HELP)
+@click.argument("target")
+@click.argument("task_id")
+@client_options
+def tasks_get(target: str, task_id: str, token: str | None, timeout: int, output: str) -> None:
+    """Show the status of task TASK_ID (tasks/get).
+
+    \b
+    Example:
+      trio-mcp tasks get ws://127.0.0.1:8765 3f2a9c1e-... --token s3cret
+    """
+
+    async def body(interrupts: Interrupts) -> int:
+        _stdio_note(target)
+        async with open_target(target, token=token, connect_timeout=timeout / 1000) as client:
+            task: Task = await _task_request(target, lambda: client.get_task(task_id))
+        if output == "json":
+            dump_json(wire(task))
+        else:
+            stdout_console().print(task_table(task))
+        return ExitCode.OK
+
+    _execute(body)
+
+
+@tasks.command("result", epilog=EXIT_CODES_HELP)
+@click.argument("target")
+@click.argument("task_id")
+@client_options
+def tasks_result(target: str, task_id: str, token: str | None, timeout: int, output: str) -> None:
+    """Wait for task TASK_ID to end and print its result (tasks/result).
+
+    Exits 0 if it completed, 1 if it failed or was cancelled. Ctrl-C stops waiting (exit
+    130) but does not cancel the task: use `tasks cancel` for that.
+
+    \b
+    Example:
+      trio-mcp tasks result ws://127.0.0.1:8765 3f2a9c1e-... --token s3cret
+    """
+
+    async def body(interrupts: Interrupts) -> int:
+        _stdio_note(target)
+        err = stderr_console()
+        async with open_target(target, token=token, connect_timeout=timeout / 1000) as client:
+            task: Task = await _task_request(target, lambda: client.get_task(task_id))
+            if not task.status.is_terminal and output == "text" and err.is_terminal:
+                with err.status(f"waiting for task {escape(task_id)} to end…"):
+                    result, error = await _outcome(client, task)
+            else:
+                result, error = await _outcome(client, task)
+            final: Task = await _task_request(target, lambda: client.get_task(task_id))
+        if error is not None and final.status not in (TaskStatus.FAILED, TaskStatus.CANCELLED):
+            raise CliError(ExitCode.PROTOCOL, f"the server answered error {error.code}: {error.message}")
+        return _report(final, result, error, output, task_id)
+
+    _execute(body)
+
+
+@tasks.command("cancel", epilog=EXIT_CODES_HELP)
+@click.argument("target")
+@click.argument("task_id")
+@client_options
+def tasks_cancel(target: str, task_id: str, token: str | None, timeout: int, output: str) -> None:
+    """Cancel task TASK_ID (tasks/cancel) and show its final status.
+
+    A task that already ended cannot be cancelled: the server answers an error (exit 4).
+
+    \b
+    Example:
+      trio-mcp tasks cancel ws://127.0.0.1:8765 3f2a9c1e-... --token s3cret
+    """
+
+    async def body(interrupts: Interrupts) -> int:
+        _stdio_note(target)
+        async with open_target(target, token=token, connect_timeout=timeout / 1000) as client:
+            task: Task = await _task_request(target, lambda: client.cancel_task(task_id))
+        if output == "json":
+            dump_json(wire(task))
+        else:
+            stdout_console().print(task_line(task))
+        return ExitCode.OK
+
+    _execute(body)
+
+
+# ------------------------------------------------------------------------------------- demo
+
+
+def default_demo_server() -> str:
+    """``examples/demo_server.py:server`` next to the package if this is a source checkout,
+    else the built-in copy ``trio_mcp.cli.demo_server:server``."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "demo_server.py"
+    if example.is_file():
+        try:
+            return f"{example.relative_to(Path.cwd())}:server"
+        except ValueError:
+            return f"{example}:server"
+    return "trio_mcp.cli.demo_server:server"
+
+
+@cli.command(epilog=EXIT_CODES_HELP)
+@click.option(
+    "--server",
+    "spec",
+    metavar="SERVER",
+    help=f"The server to run the demo against ({SPEC_HELP}). Default: examples/demo_server.py if this "
+    "is a source checkout, else the built-in copy trio_mcp.cli.demo_server:server.",
+)
+@click.option("--pace", type=float, default=1.0, hidden=True, help="Multiply the demo's durations (tests).")
+def demo(spec: str | None, pace: float) -> None:
+    """Walk through tasks end to end against the demo server, over stdio.
+
+    Starts `trio-mcp serve SERVER` as a child process, lists its tools, then creates a task
+    and follows it with a progress bar, awaits another with tasks/result, cancels a third
+    mid-flight, shows a failing task and the taskSupport rules, and lists the tasks.
+
+    \b
+    Examples:
+      trio-mcp demo
+      trio-mcp demo --server trio_mcp.cli.demo_server:server
+    """
+    from .demo import run_demo
+
+    server_spec = spec or default_demo_server()
+    _execute(functools.partial(run_demo, server_spec, pace=pace))
+
+
+# ------------------------------------------------------------------------------------- main
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """The ``trio-mcp`` console script."""
+    try:
+        code = cli.main(
+            args=list(argv) if argv is not None else None, prog_name="trio-mcp", standalone_mode=False
+        )
+    except click.exceptions.Abort:
+        stderr_console().print("[bold yellow]Interrupted.[/]")
+        code = ExitCode.INTERRUPTED
+    except click.ClickException as exc:
+        exc.show()
+        code = exc.exit_code
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except CliError as exc:  # pragma: no cover - commands handle their own
+        print_error(stderr_console(), exc)
+        code = exc.code
+    raise SystemExit(int(code) if isinstance(code, int) else 0)

@@ -1,0 +1,158 @@
+"""``trio-mcp demo``: the tour of ``examples/demo_client.py``, with rich output.
+
+The demo server runs as a child process (``trio-mcp serve SERVER`` over stdio); everything
+goes through the same client code as ``trio-mcp call --task``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.text import Text
+
+from ..actors.client import Client
+from ..protocol.errors import McpError
+from .errors import ExitCode
+from .follow import TaskFollower
+from .parsing import format_duration_ms
+from .render import result_lines, stdout_console, task_line, tasks_table, tools_table
+from .runner import Interrupts, open_target
+
+__all__ = ["run_demo"]
+
+SLEEP_SECONDS = 2.0
+BATCH_SECONDS = 1.0
+CANCEL_AFTER = 1.2
+
+
+def _explain(out: Console, text: str) -> None:
+    out.print(Text(text, style="dim italic"))
+
+
+def _result(out: Console, label: str, value: Any) -> None:
+    out.print(Text.assemble(("  → ", "bold"), (f"{label}: ", "bold"), str(value)))
+
+
+def _error(out: Console, label: str, exc: McpError) -> None:
+    out.print(
+        Text.assemble(
+            ("  → ", "bold"), (f"{label}: ", "bold"), (f"error {exc.code}", "red"), f": {exc.message}"
+        )
+    )
+
+
+async def run_demo(spec: str, interrupts: Interrupts, *, pace: float = 1.0) -> int:
+    """The tour; ``pace`` multiplies its durations."""
+    out = stdout_console()
+    command = shlex.join([sys.executable, "-m", "trio_mcp.cli", "serve", spec])
+    out.rule("[bold]trio-mcp demo[/]")
+    out.print(Text.assemble("Starting the demo server over stdio: ", ("trio-mcp serve " + spec, "bold")))
+    async with open_target(command, connect_timeout=30.0) as client:
+        code = await _tour(client, out, interrupts, pace)
+    if code == ExitCode.OK:
+        out.rule()
+        out.print("Done. Try it yourself:")
+        out.print(f'  trio-mcp call "trio-mcp serve {spec}" sleep seconds=5 --task', soft_wrap=True)
+    return code
+
+
+async def _follow(
+    client: Client, out: Console, interrupts: Interrupts, tool: str, arguments: dict[str, Any], **follow: Any
+) -> tuple[TaskFollower, Any]:
+    label = f"{tool} " + " ".join(f"{k}={v}" for k, v in arguments.items())
+    follower = TaskFollower(client, label=label, err=out, interrupts=interrupts)
+    created = await follower.create(tool, arguments)
+    out.print(
+        Text.assemble(
+            "  created ",
+            task_line(created),
+            f" (ttl {format_duration_ms(created.ttl)},"
+            f" poll every {format_duration_ms(created.poll_interval)})",
+        )
+    )
+    final = await follower.follow(**follow)
+    return follower, final
+
+
+async def _tour(client: Client, out: Console, interrupts: Interrupts, pace: float) -> int:
+    assert client.server is not None
+    info = client.server
+    out.print(
+        Panel(
+            Text.assemble(
+                ("Connected to ", ""),
+                (f"{info.server_info.name} {info.server_info.version}", "bold"),
+                f", protocol {info.protocol_version}\n",
+                (info.instructions or "", "dim"),
+            ),
+            expand=False,
+        )
+    )
+    out.print(tools_table(await client.list_tools()))
+
+    out.rule("1. Create a task and follow it")
+    _explain(
+        out,
+        "tools/call with a `task` field answers at once with the task; progress notifications "
+        "drive the bar, and tasks/get (every pollInterval) plus notifications/tasks/status give "
+        "the status message.",
+    )
+    follower, final = await _follow(
+        client, out, interrupts, "sleep", {"seconds": round(SLEEP_SECONDS * pace, 3)}
+    )
+    if follower.cancel_requested:
+        return int(interrupts.exit_code)
+    _result(out, "tasks/result", repr((await client.task_result(final.task_id)).text))
+
+    out.rule("2. Create a task and await its result")
+    _explain(out, "batch_job has taskSupport 'required'; tasks/result blocks until the task is done.")
+    job = await client.call_tool_as_task("batch_job", {"seconds": round(BATCH_SECONDS * pace, 3)})
+    out.print(Text.assemble("  created ", task_line(job.task)))
+    with out.status("waiting on tasks/result…"):
+        result = await client.task_result(job.task.task_id)
+    _result(out, "tasks/result", repr(result.text))
+
+    out.rule("3. Cancel a running task")
+    _explain(
+        out,
+        f"An hour-long sleep, cancelled with tasks/cancel after {CANCEL_AFTER * pace:g}s: the work stops.",
+    )
+    follower, final = await _follow(
+        client, out, interrupts, "sleep", {"seconds": 3600}, cancel_after=CANCEL_AFTER * pace
+    )
+    if interrupts.signalled:
+        return int(interrupts.exit_code)
+    out.print(Text.assemble(("  → ", "bold"), ("tasks/cancel: ", "bold"), task_line(final)))
+    try:
+        await client.cancel_task(final.task_id)
+    except McpError as exc:
+        _error(out, "cancelling it again", exc)
+    try:
+        await client.task_result(final.task_id)
+    except McpError as exc:
+        _error(out, "its tasks/result", exc)
+
+    out.rule("4. A failing tool, and the taskSupport rules")
+    follower, final = await _follow(client, out, interrupts, "fail", {"message": "something broke"})
+    if follower.cancel_requested:
+        return int(interrupts.exit_code)
+    failed = await client.task_result(final.task_id)
+    _result(out, "tasks/result", f"isError={failed.is_error}: {' '.join(result_lines(failed))}")
+    added = await client.call_tool("add", {"a": 2, "b": 3})
+    _result(out, "add a=2 b=3 (taskSupport forbidden), a plain call", added.text)
+    try:
+        await client.call_tool_as_task("add", {"a": 1, "b": 1})
+    except McpError as exc:
+        _error(out, "add as a task", exc)
+    try:
+        await client.call_tool("batch_job", {"seconds": 1})
+    except McpError as exc:
+        _error(out, "batch_job without a task", exc)
+
+    out.rule("5. tasks/list")
+    out.print(tasks_table([task async for task in client.all_tasks()]))
+    return ExitCode.OK

@@ -1,0 +1,281 @@
+"""Running a command inside Trio: signals, connecting to a TARGET, and errors → exit codes."""
+
+from __future__ import annotations
+
+import math
+import shlex
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import attrs
+import trio
+
+from ..actors.client import Client, connect
+from ..actors.endpoint import ConnectionClosed
+from ..protocol.errors import McpError
+from ..transports.stdio import SubprocessTransport
+from .errors import CliError, ExitCode
+
+__all__ = ["Interrupts", "flatten", "is_url", "open_target", "run_trio", "unwrap"]
+
+SHUTDOWN_GRACE = 2.0
+"""Seconds a spawned stdio server gets after its stdin closes (and again after SIGTERM)."""
+
+
+@attrs.define(eq=False)
+class Interrupts:
+    """Turns SIGINT/SIGTERM into cancellation.
+
+    By default a signal cancels the whole command. While ``handler`` is set (e.g. while a task
+    is being followed), the *first* signal calls it instead so the command can clean up (send
+    ``tasks/cancel``); any further signal cancels the command at once.
+    """
+
+    scope: trio.CancelScope
+    handler: Callable[[], None] | None = None
+    received: list[int] = attrs.Factory(list)
+
+    @property
+    def signalled(self) -> bool:
+        return bool(self.received)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if self.received and self.received[0] == signal.SIGTERM:
+            return ExitCode.TERMINATED
+        return ExitCode.INTERRUPTED
+
+    async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            task_status.started()
+            async for signum in signals:
+                self.received.append(signum)
+                handler, self.handler = self.handler, None
+                if handler is not None and len(self.received) == 1:
+                    handler()
+                else:
+                    self.scope.cancel()
+
+
+def flatten(exc: BaseException) -> list[BaseException]:
+    """The leaves of an exception (group)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in flatten(sub)]
+    return [exc]
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The one exception that matters in a nursery's group: the only leaf that is not
+    ``Cancelled`` (else the group itself)."""
+    leaves = [leaf for leaf in flatten(exc) if not isinstance(leaf, trio.Cancelled)]
+    if len(leaves) == 1:
+        return leaves[0]
+    cli_errors = [leaf for leaf in leaves if isinstance(leaf, CliError)]
+    return cli_errors[0] if cli_errors else exc
+
+
+def as_cli_error(exc: BaseException) -> CliError | None:
+    """Map the exceptions a command may end with to a user-facing error (None: a bug)."""
+    exc = unwrap(exc)
+    if isinstance(exc, CliError):
+        return exc
+    if isinstance(exc, McpError):
+        return CliError(ExitCode.PROTOCOL, f"the server answered error {exc.code}: {exc.message}")
+    if isinstance(exc, ConnectionClosed | trio.BrokenResourceError | trio.ClosedResourceError):
+        return CliError(ExitCode.CONNECTION, "the connection to the server was lost")
+    return None
+
+
+def run_trio(
+    body: Callable[[Interrupts], Awaitable[int]], *, on_interrupted: Callable[[], None] | None = None
+) -> int:
+    """``trio.run`` the command ``body`` under signal handling; return its exit code.
+
+    If a signal cancels the command, ``on_interrupted`` is called and the code is 130 (SIGINT)
+    or 143 (SIGTERM). Exceptions are left to the caller (see :func:`as_cli_error`).
+    """
+
+    async def main() -> int:
+        with trio.CancelScope() as scope:
+            interrupts = Interrupts(scope)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(interrupts.watch)
+                code = await body(interrupts)
+                nursery.cancel_scope.cancel()
+            return code
+        if on_interrupted is not None:
+            on_interrupted()
+        return int(interrupts.exit_code)
+
+    return trio.run(main)
+
+
+# ------------------------------------------------------------------------------ targets
+
+
+def is_url(target: str) -> bool:
+    return target.strip().lower().startswith(("ws://", "wss://"))
+
+
+def _command(target: str) -> list[str]:
+    try:
+        argv = shlex.split(target)
+    except ValueError as exc:
+        raise CliError(
+            ExitCode.USAGE,
+            f"cannot split TARGET {target!r} into a command: {exc}",
+            hint="quote the whole command once, e.g. \"python server.py --flag 'a b'\"",
+        ) from None
+    if not argv:
+        raise CliError(
+            ExitCode.USAGE, 'empty TARGET: give a command such as "python server.py" or a ws:// URL'
+        )
+    return argv
+
+
+async def _shut_down(transport: SubprocessTransport) -> None:
+    """The MCP stdio shutdown: close stdin, wait; SIGTERM, wait; SIGKILL. Always reaps."""
+    process = transport.process
+    try:
+        try:
+            await transport.send_eof()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        with trio.move_on_after(SHUTDOWN_GRACE):
+            await process.wait()
+        if process.returncode is None:
+            process.terminate()
+            with trio.move_on_after(SHUTDOWN_GRACE):
+                await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    finally:
+        await transport.aclose()
+
+
+@asynccontextmanager
+async def _spawn(argv: list[str]) -> AsyncIterator[SubprocessTransport]:
+    # Like trio_mcp.transports.stdio.open_subprocess_transport, but the child gets a session of
+    # its own: Ctrl-C in the terminal then reaches only us, and we get to send tasks/cancel to
+    # a server that is still alive before closing its stdin.
+    try:
+        process = await trio.lowlevel.open_process(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, start_new_session=True
+        )
+    except FileNotFoundError:
+        raise CliError(
+            ExitCode.CONNECTION,
+            f"cannot start {argv[0]!r}: command not found",
+            hint="TARGET is a command line (quoted as one argument) or a ws:// URL",
+        ) from None
+    except OSError as exc:
+        raise CliError(ExitCode.CONNECTION, f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+    transport = SubprocessTransport(process)
+    try:
+        yield transport
+    finally:
+        with trio.CancelScope(shield=True):
+            await _shut_down(transport)
+
+
+async def _handshake(client: Client, target: str, limit: float, *, process: trio.Process | None) -> None:
+    try:
+        with trio.fail_after(limit):
+            await client.initialize()
+    except trio.TooSlowError:
+        raise CliError(
+            ExitCode.CONNECTION,
+            f"{target!r} did not complete the MCP handshake within {limit:g}s",
+            hint="is it an MCP server? (a stdio server must write nothing but messages to stdout)",
+        ) from None
+    except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+        how = "closed the connection"
+        if process is not None:
+            with trio.move_on_after(1.0):
+                await process.wait()
+            if process.returncode is not None:
+                how = f"exited with status {process.returncode}"
+        raise CliError(
+            ExitCode.CONNECTION,
+            f"{target!r} {how} during the MCP handshake",
+            hint="see its error output above; run the command alone to check it starts",
+        ) from None
+    except McpError as exc:
+        raise CliError(
+            ExitCode.CONNECTION, f"{target!r} refused the MCP handshake: error {exc.code}: {exc.message}"
+        ) from None
+
+
+@asynccontextmanager
+async def open_target(
+    target: str, *, token: str | None = None, connect_timeout: float = 10.0
+) -> AsyncIterator[Client]:
+    """An initialized :class:`~trio_mcp.Client` on TARGET: a ``ws://``/``wss://`` URL, or a
+    command line (one string, split like a shell does) spawned as a stdio server."""
+    if not (math.isfinite(connect_timeout) and connect_timeout > 0):
+        raise CliError(ExitCode.USAGE, "--timeout must be positive")
+    if is_url(target):
+        async with _open_websocket(target, token=token, connect_timeout=connect_timeout) as client:
+            yield client
+        return
+    argv = _command(target)
+    async with _spawn(argv) as transport, connect(transport, initialize=False) as client:
+        try:
+            await _handshake(client, target, connect_timeout, process=transport.process)
+        except CliError:
+            if transport.process.returncode is None:
+                transport.process.terminate()  # not an MCP server: no grace period for it
+            raise
+        yield client
+
+
+@asynccontextmanager
+async def _open_websocket(url: str, *, token: str | None, connect_timeout: float) -> AsyncIterator[Client]:
+    try:
+        import trio_websocket
+
+        from ..transports.websocket import open_websocket_transport
+    except ImportError as exc:  # pragma: no cover - the module ships with trio_mcp
+        raise CliError(ExitCode.CONNECTION, f"WebSocket support is not available: {exc}") from None
+
+    entered = False
+    try:
+        async with open_websocket_transport(url, token=token, connect_timeout=connect_timeout) as transport:
+            async with connect(transport, initialize=False) as client:
+                await _handshake(client, url, connect_timeout, process=None)
+                entered = True
+                yield client
+    except ValueError as exc:
+        if entered:
+            raise
+        raise CliError(ExitCode.USAGE, f"bad URL {url!r}: {exc}") from None
+    except trio_websocket.ConnectionRejected as exc:
+        if entered:  # pragma: no cover - only raised while connecting
+            raise
+        status = exc.status_code
+        hints: dict[int, str] = {
+            401: "the server requires a token: pass --token TOKEN (or set TRIO_MCP_TOKEN)"
+            if token is None
+            else "the token was not accepted",
+            403: "the server refused our Origin",
+            400: "the server refused the WebSocket subprotocol 'mcp'",
+        }
+        raise CliError(
+            ExitCode.CONNECTION,
+            f"{url} refused the connection: HTTP {status}",
+            hint=hints.get(status),
+        ) from None
+    except trio_websocket.HandshakeError as exc:
+        if entered:  # pragma: no cover - only raised while connecting
+            raise
+        reason = str(exc) or (
+            "timed out" if isinstance(exc, trio_websocket.ConnectionTimeout) else type(exc).__name__
+        )
+        raise CliError(
+            ExitCode.CONNECTION,
+            reason if reason.startswith("cannot connect") else f"cannot connect to {url}: {reason}",
+            hint="is `trio-mcp serve ... --ws HOST:PORT` running there?",
+        ) from None
