@@ -137,6 +137,8 @@ def run(sizes: Sizes, argv: Sequence[str]) -> dict[str, Any]:
         "base_L": base_l,
         "get_rate_ratio": round(top["get"]["server"]["rate"] / low["get"]["server"]["rate"], 4),
         "cancel_rate_ratio": round(top["cancel"]["server"]["rate"] / low["cancel"]["server"]["rate"], 4),
+        "get_cpu_ratio": _cpu_growth(top["get"], low["get"]),
+        "cancel_cpu_ratio": _cpu_growth(top["cancel"], low["cancel"]),
         "points": points,
     }
     if sizes.churn_tasks > 0:
@@ -147,6 +149,12 @@ def run(sizes: Sizes, argv: Sequence[str]) -> dict[str, Any]:
     results["machine"]["loadavg_end"] = list(os.getloadavg())
     results["seconds"] = round(time.monotonic() - started, 1)
     return results
+
+
+def _cpu_growth(top: dict[str, Any], low: dict[str, Any]) -> float:
+    """Server CPU per request at the main L over that at the base L (1.0 = no growth)."""
+    base = low["server"]["cpu_us_per_request"]
+    return round(top["server"]["cpu_us_per_request"] / base, 4) if base else 0.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

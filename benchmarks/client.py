@@ -44,6 +44,10 @@ class RunResult:
     errors: dict[int, dict[str, Any]] = field(default_factory=dict)
     windows: list[tuple[float, float]] = field(default_factory=list)
     """(start, end) of the timed part on the system-wide monotonic clock, one per merged run."""
+    peer_cpu: float = 0.0
+    """CPU seconds the child (server or floor) used during the timed part."""
+    client_cpu: float = 0.0
+    """CPU seconds this load client used during the timed part."""
 
     @property
     def rate(self) -> float:
@@ -70,7 +74,22 @@ def merge(runs: Sequence[RunResult]) -> RunResult:
         merged.results.extend(run.results)
         merged.errors.update({offset + i: e for i, e in run.errors.items()})
         merged.windows.extend(run.windows)
+        merged.peer_cpu += run.peer_cpu
+        merged.client_cpu += run.client_cpu
     return merged
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of ``pid``'s main thread so far, from /proc/PID/schedstat (ns).
+
+    The server and the floor are single-threaded, so this is all of their CPU time. It is the
+    figure to trust on a busy machine: a rate counts time spent waiting for a core, this does not.
+    """
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_kib(pid: int) -> int:
@@ -212,6 +231,9 @@ class LoadClient:
         perf_counter = time.perf_counter
         loads = json.loads
         prefix = _NOTIFICATION_PREFIX
+        pid = self.process.pid
+        peer_cpu = cpu_seconds(pid)
+        client_cpu = time.process_time()
         started = time.monotonic()
         start = perf_counter()
         give_up = start + self.timeout
@@ -260,7 +282,10 @@ class LoadClient:
                     results[index] = message.get("result")
                 done += 1
         seconds = perf_counter() - start
-        return RunResult(n, seconds, latencies, results, errors, [(started, time.monotonic())])
+        window = (started, time.monotonic())
+        client_cpu = time.process_time() - client_cpu
+        peer_cpu = cpu_seconds(pid) - peer_cpu
+        return RunResult(n, seconds, latencies, results, errors, [window], peer_cpu, client_cpu)
 
     # -- internals --------------------------------------------------------------------------
     def _write_all(self, data: bytes) -> None:

@@ -51,7 +51,9 @@ def summarize(raw: Path, top: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.hotspots", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.hotspots", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--workload", choices=("get", "cancel", "create"), default="get")
     parser.add_argument("--live", type=int, default=10_000, help="idle live sleep tasks first")
     parser.add_argument("--requests", type=int, default=50_000, help="requests for get/create")

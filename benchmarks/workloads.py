@@ -48,8 +48,9 @@ class Sizes:
     """Sequential (window 1) cancels per L for unloaded latency, at most L/10."""
     window: int = 64
     """Requests in flight."""
-    warmup: int = 500
-    """Untimed tasks made (and got, cancelled) before each measurement."""
+    warmup: int = 100
+    """Untimed tasks made (and got, cancelled) before each measurement. Kept small: memory they
+    free is reused by the measured tasks and would make RSS per task look smaller."""
     settle: float = 1.0
     """Seconds to wait before reading RSS."""
     floor_repeats: int = 3
@@ -68,8 +69,8 @@ class Sizes:
 
 SMOKE = Sizes(
     n=200,
-    scales=[100, 500],
-    main_scale=500,
+    scales=[100, 1_000],
+    main_scale=1_000,
     get_min=300,
     cancel_min=200,
     probe=10,
@@ -141,9 +142,7 @@ class Target:
         """Call after :meth:`close` to include the server's full collections."""
         data = stat(run)
         if self.gc is not None:
-            pauses = [
-                took for start, took in self.gc["full"] if any(a <= start <= b for a, b in run.windows)
-            ]
+            pauses = [took for start, took in self.gc["full"] if any(a <= start <= b for a, b in run.windows)]
             data["full_gc"] = {
                 "count": len(pauses),
                 "seconds": round(sum(pauses), 4),
@@ -169,6 +168,8 @@ def stat(run: RunResult) -> dict[str, Any]:
         "p99_ms": round(run.percentile(99) * 1e3, 3),
         "max_ms": round(max(run.latencies, default=0.0) * 1e3, 3),
         "errors": len(run.errors),
+        "cpu_us_per_request": round(run.peer_cpu / run.count * 1e6, 2) if run.count else 0.0,
+        "client_cpu_us_per_request": round(run.client_cpu / run.count * 1e6, 2) if run.count else 0.0,
     }
 
 
@@ -177,10 +178,14 @@ def best(runs: Sequence[RunResult]) -> RunResult:
 
 
 def compare(server_stat: dict[str, Any], floor_stat: dict[str, Any]) -> dict[str, Any]:
+    """``ratio``: server rate / floor rate (the targets' measure); ``cpu_ratio``: floor CPU per
+    request / server CPU per request, the same comparison freed from waiting for a busy core."""
+    server_cpu, floor_cpu = server_stat["cpu_us_per_request"], floor_stat["cpu_us_per_request"]
     return {
         "server": server_stat,
         "floor": floor_stat,
         "ratio": round(server_stat["rate"] / floor_stat["rate"], 4) if floor_stat["rate"] else 0.0,
+        "cpu_ratio": round(floor_cpu / server_cpu, 4) if server_cpu else 0.0,
     }
 
 
@@ -212,7 +217,7 @@ def create_and_result(sizes: Sizes, raw: Target, log: Callable[[str], None]) -> 
     floor_create = best([raw.run(create_echo(sizes.n), w) for _ in range(sizes.floor_repeats)])
     floor_result = best([raw.run(by_id("tasks/result", ids), w) for _ in range(sizes.floor_repeats)])
     out = {
-        "create": {"n": sizes.n, **compare(srv.stat(created), stat(floor_create))},
+        "create": {"n": sizes.n, **compare(srv.stat(created), stat(floor_create)), "server_gc": srv.gc},
         "result": {"n": sizes.n, **compare(srv.stat(results), stat(floor_result))},
     }
     for name in ("create", "result"):
@@ -330,6 +335,7 @@ def churn(sizes: Sizes, log: Callable[[str], None]) -> dict[str, Any]:
     finally:
         srv.close()
     first, last = chunks[0]["rate"], chunks[-1]["rate"]
+    cpu_first, cpu_last = chunks[0]["cpu_us_per_request"], chunks[-1]["cpu_us_per_request"]
     out = {
         "tasks": sizes.churn_tasks,
         "ttl_ms": [lo, hi],
@@ -338,6 +344,9 @@ def churn(sizes: Sizes, log: Callable[[str], None]) -> dict[str, Any]:
         "rate_first_chunk": first,
         "rate_last_chunk": last,
         "rate_ratio_last_first": round(last / first, 4) if first else 0.0,
+        "cpu_us_first_chunk": cpu_first,
+        "cpu_us_last_chunk": cpu_last,
+        "cpu_ratio_last_first": round(cpu_last / cpu_first, 4) if cpu_first else 0.0,
         "list_empty": left == 0,
         "list_empty_after_s": round(empty_after, 3),
         "get_probe": {"sampled": len(sample), "expired_-32602": expired},
@@ -349,7 +358,8 @@ def churn(sizes: Sizes, log: Callable[[str], None]) -> dict[str, Any]:
     }
     log(
         f"  churn: {sizes.churn_tasks} tasks at {out['create_rate']:.0f}/s, chunk rate first {first:.0f}/s "
-        f"last {last:.0f}/s; list empty {out['list_empty']} after {empty_after:.1f}s; "
+        f"last {last:.0f}/s, CPU first {cpu_first:.0f} us/req last {cpu_last:.0f} us/req; "
+        f"list empty {out['list_empty']} after {empty_after:.1f}s; "
         f"{expired}/{len(sample)} sampled gets -32602; RSS {rss_start} -> peak {peak} -> {rss_end} KiB"
     )
     return out
@@ -358,7 +368,8 @@ def churn(sizes: Sizes, log: Callable[[str], None]) -> dict[str, Any]:
 def _brief(entry: dict[str, Any]) -> str:
     s, f = entry["server"], entry["floor"]
     return (
-        f"{s['rate']:.0f}/s (floor {f['rate']:.0f}/s, x{entry['ratio']:.3f}), "
+        f"{s['rate']:.0f}/s (floor {f['rate']:.0f}/s, x{entry['ratio']:.3f}; "
+        f"CPU {s['cpu_us_per_request']:.0f} vs {f['cpu_us_per_request']:.1f} us/req), "
         f"p50 {s['p50_ms']:.2f} ms p99 {s['p99_ms']:.2f} ms"
     )
 

@@ -1,6 +1,7 @@
 """The demo server: tools covering every kind of task support, and elicitation.
 
-Run over stdio (the default): ``python examples/demo_server.py``.
+Run over stdio (the default): ``python examples/demo_server.py``;
+over WebSocket: ``python examples/demo_server.py --ws 127.0.0.1:8765``.
 """
 
 from __future__ import annotations
@@ -68,5 +69,30 @@ async def ask(question: str, ctx: Context) -> str:
     return f"The user chose to {reply.action}."
 
 
+def main() -> None:
+    import argparse
+    import functools
+    import logging
+    import sys
+
+    from trio_mcp.transports.websocket import parse_host_port, serve_websocket
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--ws", metavar="HOST:PORT", type=parse_host_port, help="serve over WebSocket instead of stdio"
+    )
+    args = parser.parse_args()
+    if args.ws is None:
+        server.run()
+        return
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    host, port = args.ws
+    print(f"serving {server.info.name} on ws://{host}:{port} (subprotocol mcp)", file=sys.stderr)
+    try:
+        trio.run(functools.partial(serve_websocket, server, host, port))
+    except KeyboardInterrupt:
+        pass
+
+
 if __name__ == "__main__":
-    server.run()
+    main()

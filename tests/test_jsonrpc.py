@@ -148,11 +148,6 @@ def test_deep_nesting_inside_a_request_is_a_parse_error() -> None:
     assert response.id is None  # the id was never readable: the document never decoded
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: parse() accepts the non-JSON literals NaN/Infinity (json.loads default), so a peer "
-    "can smuggle them in and the server may echo them back as invalid JSON",
-)
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_non_json_number_literals_are_a_parse_error(literal: str) -> None:
     response = rejected('{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":' + literal + "}}")

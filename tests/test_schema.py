@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, NewType, Optional
 
 import attrs
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -258,6 +258,13 @@ def test_schema_default_only_when_json_and_valid() -> None:
     for name in "bcdeg":
         assert "default" not in props[name], name
     assert _spec(odd_defaults).schema["required"] == []
+
+
+def test_schemas_do_not_share_mutable_parts() -> None:
+    first, second = argument_spec(simple), argument_spec(simple)
+    first.schema["properties"]["name"]["description"] = "changed"
+    assert second.schema["properties"]["name"] == {"type": "string"}
+    assert argument_spec(simple).schema["properties"]["name"] == {"type": "string"}
 
 
 def test_spec_is_frozen_and_methods_and_partials_work() -> None:
@@ -539,6 +546,16 @@ def test_literals() -> None:
     )
 
 
+def test_huge_numbers_are_reported_not_crashed_on() -> None:
+    huge = 10**5000  # past Python's int-to-str digit limit
+    assert _error(CHOICES, {**CHOICE_ARGS, "numbers": huge}) == (
+        "numbers",
+        "expected one of 1, 2, got integer",
+    )
+    assert _one(CHOICES, "maybe", huge, CHOICE_ARGS) == huge
+    assert _error(SIMPLE, {"name": "a", huge: 1}) == ("integer", "unexpected argument")
+
+
 def test_enums_become_members() -> None:
     assert _one(CHOICES, "color", "red", CHOICE_ARGS) is Color.RED
     assert _one(CHOICES, "level", 2, CHOICE_ARGS) is Level.HIGH
@@ -621,7 +638,7 @@ def test_objects_in_containers() -> None:
         "grid": {"g": (Point(0), Point(1))},
         "unique": frozenset({Point(1), Point(2)}),
     }
-    base = {"points": [], "grid": {}, "unique": []}
+    base: dict[str, Any] = {"points": [], "grid": {}, "unique": []}
     assert _error(spec, {**base, "points": [{"x": 1}, {"y": 2}]}) == ("points[1].x", "required")
     assert _error(spec, {**base, "grid": {"g": [{"x": 0}, {"x": None}]}}) == (
         "grid.g[1].x",

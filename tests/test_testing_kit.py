@@ -23,6 +23,7 @@ from trio_mcp.testing import (
     ExplorationFailed,
     Faults,
     Harness,
+    HarnessTimeout,
     Trace,
     TraceAssertionError,
     explore_cancellation,
@@ -168,6 +169,25 @@ async def test_hold_tools_parks_waiters_before_the_work_starts() -> None:
         gate.set()
         await h.settle()
         assert [w.result().text for w in waiters] == ["x", "x", "x"]
+
+
+async def test_hold_tools_can_hold_only_some_calls() -> None:
+    async with open_harness(server) as h:
+        gate = h.hold_tools("echo", tasks_only=True)
+        assert (await h.client.call_tool("echo", {"text": "plain"})).text == "plain"
+        task_id = await h.start_task("echo", {"text": "task"})
+        await h.settle()
+        assert h.status(task_id) == "working"
+        gate.set()
+        assert (await h.client.task_result(task_id)).text == "task"
+
+
+async def test_a_deadlock_fails_fast_instead_of_spinning() -> None:
+    with pytest.raises(BaseExceptionGroup) as error:
+        async with open_harness(server, watchdog=3600):
+            await trio.Event().wait()  # nothing will ever set it
+    assert error.group_contains(HarnessTimeout, match="still open after 3600 s of mock time")
+    assert trio.current_time() == 3600
 
 
 async def test_second_connection_and_shutdown_leave_nothing_running() -> None:
@@ -338,6 +358,17 @@ def test_exploration_checks_every_run_with_your_check() -> None:
     assert report.failing_checkpoints == list(range(1, len(report.checkpoints) + 1))
     (violation,) = report.run_at(1).violations
     assert violation.startswith("check failed: ended cancelled")
+
+
+def test_exploration_with_a_custom_start() -> None:
+    async def start(h: Harness) -> str:
+        assert (await h.client.call_tool("echo", {"text": "warm-up"})).text == "warm-up"
+        return await h.start_task("careful", ttl_ms=5_000)
+
+    report = explore_cancellation(server, "careful", probe=lock, start=start, harness_options={"owner": "me"})
+    report.assert_ok()
+    assert len(report.runs) == 4
+    assert "5.000000 task.expired task-1" in report.run_at(1).trace.splitlines()[-3]
 
 
 def test_exploration_can_be_bounded() -> None:

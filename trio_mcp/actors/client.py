@@ -39,6 +39,7 @@ from ..transports.base import Transport
 from .endpoint import NO_RESPONSE, Endpoint
 from .receiver import TaskReceiver
 from .requestor import TaskRequestor
+from .runtime import unwrap_single
 from .supervisor import TaskSupervisor
 from .task_actor import TaskActor, TaskOutcome
 
@@ -289,25 +290,26 @@ async def connect(
     the client declares those capabilities only when given a handler.
     """
     client = Client(transport, on_elicit=on_elicit, on_sample=on_sample)
-    async with trio.open_nursery() as nursery:
-        if on_elicit is not None or on_sample is not None:
-            # The client runs tasks for the server too: the same actors as a server session.
-            supervisor = TaskSupervisor()
-            await nursery.start(supervisor.run)
-            client.receiver = TaskReceiver(client, supervisor, owner="server")
+    with unwrap_single():
+        async with trio.open_nursery() as nursery:
+            if on_elicit is not None or on_sample is not None:
+                # The client runs tasks for the server too: the same actors as a server session.
+                supervisor = TaskSupervisor()
+                await nursery.start(supervisor.run)
+                client.receiver = TaskReceiver(client, supervisor, owner="server")
 
-        async def reader() -> None:
-            await client.run_connection(nursery)
+            async def reader() -> None:
+                await client.run_connection(nursery)
 
-        nursery.start_soon(reader)
-        try:
-            if initialize:
-                await client.initialize()
-            yield client
-        finally:
-            nursery.cancel_scope.cancel()
-            with trio.CancelScope(shield=True):
-                await transport.aclose()
+            nursery.start_soon(reader)
+            try:
+                if initialize:
+                    await client.initialize()
+                yield client
+            finally:
+                nursery.cancel_scope.cancel()
+                with trio.CancelScope(shield=True):
+                    await transport.aclose()
 
 
 @asynccontextmanager
@@ -331,8 +333,9 @@ async def connect_in_memory(server: Server, **handlers: Any) -> AsyncIterator[Cl
     from ..transports.memory import memory_transport_pair
 
     client_side, server_side = memory_transport_pair()
-    async with server.open() as runtime, trio.open_nursery() as nursery:
-        nursery.start_soon(runtime.serve, server_side)
-        async with connect(client_side, **handlers) as client:
-            yield client
-        nursery.cancel_scope.cancel()
+    with unwrap_single():
+        async with server.open() as runtime, trio.open_nursery() as nursery:
+            nursery.start_soon(runtime.serve, server_side)
+            async with connect(client_side, **handlers) as client:
+                yield client
+            nursery.cancel_scope.cancel()

@@ -76,7 +76,12 @@ class Endpoint:
             return False
 
     async def respond(self, id: jsonrpc.RequestId, result: dict[str, Any]) -> None:
-        await self.send(jsonrpc.encode_response(id, result))
+        try:
+            data = jsonrpc.encode_response(id, result)
+        except (ValueError, TypeError) as exc:  # e.g. NaN, or an object JSON cannot hold
+            log.error("cannot encode the result for request %r: %r", id, exc)
+            data = jsonrpc.encode_error(id, INTERNAL_ERROR, f"Internal error: result is not JSON: {exc}")
+        await self.send(data)
 
     async def respond_error(self, id: jsonrpc.RequestId | None, error: McpError) -> None:
         await self.send(jsonrpc.encode_error(id, error.code, error.message, error.data))
@@ -181,6 +186,8 @@ class Endpoint:
         nursery.start_soon(self._write_loop)
         try:
             await self._read_loop()
+        except ConnectionClosed:
+            log.debug("%s: peer went away while we were answering", self.name)
         except Exception as exc:  # a bug in a handler: close this connection, keep the process
             log.error("connection failed: %r", exc, exc_info=exc)
             raise

@@ -10,8 +10,9 @@ instead of letting it tear the nursery (and so the process) down.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 import outcome
@@ -179,3 +180,25 @@ async def supervised(
     except Exception as exc:
         log.error("%s crashed: %r", name, exc, exc_info=exc)
         on_crash(exc)
+
+
+@contextlib.contextmanager
+def unwrap_single() -> Iterator[None]:
+    """Re-raise a lone exception out of the group a nursery wrapped it in.
+
+    For context managers that run the caller's block inside their own nursery: the caller's
+    ``except McpError`` should work as if there were no nursery.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+        if len(leaves) == 1:
+            raise leaves[0] from None
+        raise
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]

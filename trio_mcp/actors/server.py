@@ -72,13 +72,12 @@ class RegisteredTool:
         if self.context_param is not None:
             kwargs[self.context_param] = ctx
         try:
-            value = await self.fn(**kwargs)
+            return to_result(await self.fn(**kwargs))
         except McpError:
             raise
         except Exception as exc:
             log.info("tool %s raised %r", self.name, exc)
             return error_result(str(exc) or type(exc).__name__)
-        return to_result(value)
 
 
 _CONTENT_CLASSES = (TextContent, ImageContent, AudioContent, ResourceLink, EmbeddedResource)

@@ -32,7 +32,7 @@ from ..protocol.messages import (
 from ..protocol.versions import has_tasks, negotiate
 from ..transports.base import Transport
 from .context import Context, level_passes
-from .endpoint import NO_RESPONSE, Endpoint, Handler
+from .endpoint import NO_RESPONSE, ConnectionClosed, Endpoint, Handler
 from .receiver import TaskReceiver
 from .requestor import TaskRequestor
 from .supervisor import OwnerGone, TaskSupervisor
@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trio_mcp")
 
+
+MAX_WAITING_REQUESTS = 256
+"""Concurrent ``tools/call`` / ``tasks/result`` requests one session runs before it stops reading."""
 
 SERVER_TASK_CAPABILITIES: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
 
@@ -72,6 +75,7 @@ class SessionActor(Endpoint):
         self.client_info: Any = None
         self.log_level: str | None = None
         self._in_flight: dict[jsonrpc.RequestId, trio.CancelScope] = {}
+        self._slots = trio.Semaphore(MAX_WAITING_REQUESTS)
         self.receiver = TaskReceiver(self, supervisor, self.owner)
         self.client_tasks = TaskRequestor(self)
         """Follow the tasks this session's client runs for the server (see Context.elicit_task)."""
@@ -135,6 +139,9 @@ class SessionActor(Endpoint):
             )
             return
         assert self._nursery is not None
+        # A bounded number of waiting requests: past it the reader waits, so a client that
+        # never reads its answers is throttled like any other (backpressure).
+        await self._slots.acquire()
         scope = trio.CancelScope()
         self._in_flight[request.id] = scope
         self._nursery.start_soon(self._answer_in_scope, request, waiting, scope)
@@ -145,8 +152,11 @@ class SessionActor(Endpoint):
         try:
             with scope:
                 await self.answer(request, handler)
+        except ConnectionClosed:
+            pass  # the client left; nobody to answer
         finally:
             self._in_flight.pop(request.id, None)
+            self._slots.release()
 
     async def on_notification(self, notification: jsonrpc.Notification) -> None:
         if notification.method == "notifications/cancelled":
@@ -198,6 +208,8 @@ class SessionActor(Endpoint):
         params = structure(request.params, PaginatedParams)
         tools = list(self.server.tools.values())
         start = _decode_index(params.cursor) if params.cursor is not None else 0
+        if start > len(tools):
+            raise McpError(INVALID_PARAMS, "Invalid params at 'cursor': unknown cursor")
         end = start + self.server.tools_page_size
         result: dict[str, Any] = {"tools": [unstructure(t.tool) for t in tools[start:end]]}
         if end < len(tools):

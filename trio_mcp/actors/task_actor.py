@@ -223,7 +223,9 @@ class TaskActor(Actor[TaskMessage]):
             message.reply.send(self.task)
 
     def answer_final(self, message: Poll | AwaitResult | Cancel) -> None:
-        """Answer from the final state of an actor that is no longer running (it crashed)."""
+        """Handle ``message`` synchronously from the actor's current state: for an actor that
+        is no longer running (it crashed), and for test harnesses delivering a message between
+        two Trio steps (:mod:`trio_mcp.testing` cancels exactly at a checkpoint this way)."""
         self._handle(message)
 
     def _stop(self, error: McpError) -> None:

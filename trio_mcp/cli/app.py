@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hmac
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -45,7 +46,7 @@ from .render import (
     tools_table,
     wire,
 )
-from .runner import Interrupts, as_cli_error, is_url, open_target, run_trio
+from .runner import Interrupts, as_cli_error, is_url, open_target, run_trio, unwrap
 
 __all__ = ["cli", "main"]
 
@@ -245,17 +246,36 @@ def serve(
             address = parse_host_port(ws)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="'--ws'") from None
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=getattr(logging, log_level.upper()),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-    )
     err = stderr_console()
+    with _logging_to_stderr(log_level):
+        try:
+            server = load_server(spec)
+        except CliError as exc:
+            print_error(err, exc)
+            raise SystemExit(int(exc.code)) from None
+        _serve(server, address, token, origins)
+
+
+@contextlib.contextmanager
+def _logging_to_stderr(level: str) -> Iterator[None]:
+    """Log (the server's own loggers too) to stderr at ``level`` while serving; undone after,
+    so that an in-process invocation (tests) leaves logging as it found it."""
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, level.upper()))
     try:
-        server = load_server(spec)
-    except CliError as exc:
-        print_error(err, exc)
-        raise SystemExit(int(exc.code)) from None
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+
+
+def _serve(
+    server: Server, address: tuple[str, int] | None, token: str | None, origins: tuple[str, ...]
+) -> None:
 
     async def body(interrupts: Interrupts) -> int:
         with trio.CancelScope() as scope:
@@ -294,14 +314,17 @@ async def _serve_ws(
     async with trio.open_nursery() as nursery:
         try:
             bound = await nursery.start(serve)
-        except OSError as exc:
-            raise CliError(
-                ExitCode.CONNECTION,
-                f"cannot listen on {host}:{port}: {exc.strerror or exc}",
-                hint="is another server using that port? port 0 picks a free one",
-            ) from None
-        except ValueError as exc:
-            raise usage_error(str(exc)) from None
+        except Exception as exc:  # arrives wrapped in the runtime's nursery's ExceptionGroup
+            leaf = unwrap(exc)
+            if isinstance(leaf, OSError):
+                raise CliError(
+                    ExitCode.CONNECTION,
+                    f"cannot listen on {host}:{port}: {leaf.strerror or leaf}",
+                    hint="is another server using that port? port 0 picks a free one",
+                ) from None
+            if isinstance(leaf, ValueError):
+                raise usage_error(str(leaf)) from None
+            raise
         literal = f"[{host}]" if ":" in host else host
         count = len(server.tools)
         err.print(

@@ -32,20 +32,34 @@ def wire_name(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
+def _always_written(a: attrs.Attribute[Any]) -> bool:
+    # ``type`` tags a union; a Factory default (``content=[]``) is a required field left empty.
+    return a.name == "type" or isinstance(a.default, attrs.Factory)  # type: ignore[arg-type]
+
+
 def _overrides(cls: type[Any]) -> dict[str, Any]:
     return {
-        a.name: override(rename=wire_name(a.name), omit_if_default=False if a.name == "type" else None)
+        a.name: override(rename=wire_name(a.name), omit_if_default=False if _always_written(a) else None)
         for a in attrs.fields(cls)
     }
+
+
+def _object_structure_fn(cls: type[Any]) -> Any:
+    inner = make_dict_structure_fn(cls, converter, **_overrides(cls))
+
+    def structure_object(value: Any, type_: Any) -> Any:
+        if not isinstance(value, dict):  # cattrs alone would take any container
+            raise TypeError(f"expected object, got {_json_type(value)}")
+        return inner(value, type_)
+
+    return structure_object
 
 
 converter.register_unstructure_hook_factory(
     attrs.has,
     lambda cls: make_dict_unstructure_fn(cls, converter, _cattrs_omit_if_default=True, **_overrides(cls)),
 )
-converter.register_structure_hook_factory(
-    attrs.has, lambda cls: make_dict_structure_fn(cls, converter, **_overrides(cls))
-)
+converter.register_structure_hook_factory(attrs.has, _object_structure_fn)
 
 
 def _strict(kind: type[Any], label: str) -> Any:
@@ -85,6 +99,7 @@ def _id_like(value: Any, _: Any) -> int | str:
 
 
 converter.register_structure_hook(int | str, _id_like)
+converter.register_structure_hook(int | str | None, lambda v, t: None if v is None else _id_like(v, t))
 
 
 def _object(value: Any, _: Any) -> dict[str, Any]:

@@ -76,7 +76,7 @@ def parse(data: bytes | str) -> Message:
     Request(id=1, method='ping', params=None)
     """
     try:
-        obj = json.loads(data)
+        obj = json.loads(data, parse_constant=_refuse_constant)
     except (ValueError, RecursionError):
         raise _invalid(PARSE_ERROR, "Parse error: not valid JSON") from None
     if isinstance(obj, list):
@@ -125,8 +125,18 @@ def parse_object(obj: dict[str, Any]) -> Message:
     raise _invalid(INVALID_REQUEST, 'Invalid request: no "method", "result" or "error"', id_)
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _dumps(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    """Strict JSON (no NaN/Infinity: ValueError). Lone surrogates cannot be UTF-8, so such a
+    message falls back to ASCII escapes, which any JSON reader turns back into the same text."""
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
 
 
 def encode_request(id: RequestId, method: str, params: dict[str, Any] | None = None) -> bytes:

@@ -33,6 +33,7 @@ Sans-IO: no trio, no I/O.
 from __future__ import annotations
 
 import collections.abc as cabc
+import copy
 import dataclasses
 import enum
 import functools
@@ -125,7 +126,10 @@ def _mismatch(label: str, value: Any) -> _Invalid:
 def _show(value: Any) -> str:
     """A short JSON rendering of a scalar, or its JSON type for anything else."""
     if value is None or isinstance(value, (bool, int, float, str)):
-        text = json.dumps(value)
+        try:
+            text = json.dumps(value)
+        except ValueError:  # an int past sys.get_int_max_str_digits()
+            return _json_type(value)
         return text if len(text) <= 40 else text[:37] + "..."
     return _json_type(value)
 
@@ -133,7 +137,7 @@ def _show(value: Any) -> str:
 def _key_segment(key: Any) -> str:
     if isinstance(key, str):
         return "." + key if key.isidentifier() else f"[{json.dumps(key)}]"
-    return f"[{key!r}]"
+    return f"[{_show(key)}]"  # only in-process callers can send non-string keys
 
 
 def _is_mapping(value: Any) -> bool:
@@ -286,7 +290,7 @@ def _union_node(branches: list[_Node]) -> _Node:
     others = [branch for branch in branches if branch.check is not _check_none]
 
     if len(branches) == 2 and len(others) == 1:
-        # Optional[T]: the common case gets a branch-free fast path.
+        # Optional[T], the common case, skips the loop.
         inner = others[0].check
 
         def check_optional(value: Any) -> Any:
@@ -664,7 +668,7 @@ class ArgumentSpec:
         if len(out) != len(arguments):
             for key in arguments:
                 if key not in self._names:
-                    raise ArgumentError(str(key), "unexpected argument")
+                    raise ArgumentError(key if isinstance(key, str) else _show(key), "unexpected argument")
         return out
 
 
@@ -722,4 +726,5 @@ def argument_spec(fn: Callable[..., Any], *, skip: Collection[str] = ()) -> Argu
         params.append((name, node.check, is_required))
 
     schema = {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
-    return ArgumentSpec(schema, tuple(params))
+    # Nodes share schema dicts (the scalar ones are module-wide); hand out a private copy.
+    return ArgumentSpec(copy.deepcopy(schema), tuple(params))

@@ -16,14 +16,15 @@
 from .determinism import DEFAULT_SEED, deterministic_scheduling, run, scheduling_is_controllable
 from .explore import ExplorationFailed, ExplorationReport, ExplorationRun, Via, explore_cancellation
 from .faults import Delivery, Direction, Faults, Link, ToolFault
-from .harness import EPOCH, Harness, Pending, open_harness, pinned_wall_clock
-from .monitor import Checkpoint, Work, WorkMonitor
+from .harness import EPOCH, WATCHDOG, Harness, HarnessTimeout, Pending, open_harness, pinned_wall_clock
+from .monitor import Checkpoint, Gate, Work, WorkMonitor
 from .probe import CleanupProbe
 from .trace import Event, Trace, TraceAssertionError
 
 __all__ = [
     "DEFAULT_SEED",
     "EPOCH",
+    "WATCHDOG",
     "Checkpoint",
     "CleanupProbe",
     "Delivery",
@@ -33,7 +34,9 @@ __all__ = [
     "ExplorationReport",
     "ExplorationRun",
     "Faults",
+    "Gate",
     "Harness",
+    "HarnessTimeout",
     "Link",
     "Pending",
     "ToolFault",

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 import attrs
@@ -46,7 +46,7 @@ from ..protocol.errors import INVALID_PARAMS, McpError
 from ..protocol.messages import Task
 from ..protocol.tasks import TERMINAL, TaskStatus
 from .determinism import DEFAULT_SEED, run
-from .harness import Harness, Pending, open_harness
+from .harness import WATCHDOG, Harness, Pending, open_harness
 from .monitor import Checkpoint, Work
 from .probe import CleanupProbe
 from .trace import Event
@@ -55,6 +55,7 @@ __all__ = ["ExplorationFailed", "ExplorationReport", "ExplorationRun", "Via", "e
 
 Via = Literal["cancel", "request", "disconnect"]
 Check = Callable[[Harness, str], None]
+Start = Callable[[Harness], Awaitable[str]]
 
 
 @attrs.define
@@ -154,6 +155,8 @@ class _Spec:
     check: Check | None
     ttl_ms: int | None
     waiters: int
+    start: Start | None
+    harness_options: dict[str, Any]
 
 
 def explore_cancellation(
@@ -168,18 +171,25 @@ def explore_cancellation(
     waiters: int = 2,
     seed: int | None = DEFAULT_SEED,
     max_checkpoints: int = 1000,
+    start: Start | None = None,
+    harness_options: dict[str, Any] | None = None,
 ) -> ExplorationReport:
     """Cancel ``tool``'s task at each of its checkpoints in turn; return what every run saw.
 
     ``probe`` is reset before each run and must be balanced after it. ``check(harness,
     task_id)`` runs after the task ended in each run (raise ``AssertionError`` to fail it).
     ``waiters`` ``tasks/result`` requests wait on the task from the start. ``max_checkpoints``
-    bounds the number of runs.
+    bounds the number of runs. ``start(harness)`` replaces the default way of starting the
+    task (``harness.start_task(tool, arguments, ttl_ms=ttl_ms)``) and returns its id as soon as
+    the task is created, for a scenario that needs some setup first; ``harness_options`` go to
+    :func:`open_harness`.
 
     >>> # report = explore_cancellation(server, "upload", {"size": 3}, probe=probe)
     >>> # report.assert_ok()
     """
-    spec = _Spec(server, tool, arguments, via, probe, check, ttl_ms, waiters)
+    spec = _Spec(
+        server, tool, arguments, via, probe, check, ttl_ms, waiters, start, dict(harness_options or {})
+    )
     baseline = run(_explore_once, spec, None, seed=seed)
     runs = [
         run(_explore_once, spec, k, seed=seed)
@@ -201,9 +211,9 @@ async def _explore_once(spec: _Spec, k: int | None) -> ExplorationRun:
     ttl = spec.server.limits.grant_ttl(ttl_ms) / 1000
     harness: Harness | None = None
     try:
-        async with open_harness(spec.server) as harness:
+        options: dict[str, Any] = {"watchdog": max(WATCHDOG, 3 * ttl + 3600), **spec.harness_options}
+        async with open_harness(spec.server, **options) as harness:
             h = harness
-            await h.settle()
             before = set(h.monitor.live_tasks())
             cancel_now = trio.Event()
 
@@ -226,8 +236,11 @@ async def _explore_once(spec: _Spec, k: int | None) -> ExplorationRun:
                     h.link.drop(f"cancel exploration: checkpoint {k}")
 
             h.monitor.hooks.append(inject)
-            gate = h.hold_tools()  # the waiters are parked before the work starts
-            task_id = await h.start_task(spec.tool, spec.arguments, ttl_ms=spec.ttl_ms)
+            gate = h.hold_tools(spec.tool, tasks_only=True)  # park the waiters before the work starts
+            if spec.start is not None:
+                task_id = await spec.start(h)
+            else:
+                task_id = await h.start_task(spec.tool, spec.arguments, ttl_ms=spec.ttl_ms)
 
             canceller: Pending[Task] | None = None
             if spec.via == "request":

@@ -15,10 +15,10 @@ from ..actors.client import Client, ProgressCallback, connect
 from ..actors.server import Server, ServerRuntime
 from ..actors.task_actor import TaskActor
 from .faults import Faults, Link
-from .monitor import Checkpoint, Work, WorkMonitor, instrument_server
+from .monitor import Checkpoint, Gate, Work, WorkMonitor, instrument_server
 from .trace import Trace
 
-__all__ = ["EPOCH", "Harness", "Pending", "open_harness", "pinned_wall_clock"]
+__all__ = ["EPOCH", "WATCHDOG", "Harness", "HarnessTimeout", "Pending", "open_harness", "pinned_wall_clock"]
 
 T = TypeVar("T")
 
@@ -27,6 +27,25 @@ EPOCH = 1_767_225_600.0
 
 SHUTDOWN_GRACE = 60.0
 """Mock seconds a closing harness waits for a session to wind down before cancelling it."""
+
+WATCHDOG = 30 * 24 * 3600.0
+"""Default mock seconds after which a harness gives up (see :class:`HarnessTimeout`)."""
+
+
+class HarnessTimeout(Exception):
+    """The harness was still open after its watchdog's mock time: most likely a deadlock.
+
+    Under an autojump clock a deadlock would otherwise spin forever (the clock has nowhere
+    to jump); the watchdog's deadline gives it somewhere, so a deadlocked test fails at once.
+    """
+
+
+async def _watchdog(limit: float) -> None:
+    await trio.sleep(limit)
+    raise HarnessTimeout(
+        f"the harness was still open after {limit:g} s of mock time: is the test deadlocked "
+        "(waiting for something nothing will ever do)?"
+    )
 
 
 def pinned_wall_clock(epoch: float = EPOCH) -> Callable[[], float]:
@@ -153,13 +172,14 @@ class Harness:
         """Cut the first client's connection (or ``link``'s) now."""
         (link or self.link).drop()
 
-    def hold_tools(self) -> trio.Event:
-        """Tools called from now on wait before they start until the returned event is set
-        (their checkpoints are counted from the release). Lets a test park ``tasks/result``
+    def hold_tools(self, *tools: str, tasks_only: bool = False) -> trio.Event:
+        """Calls of ``tools`` (all tools if none are named; only task-augmented calls when
+        ``tasks_only``) made from now on wait before they start until the returned event is
+        set; their checkpoints are counted from the release. Lets a test park ``tasks/result``
         waiters, or arrange any state, before the work begins."""
-        gate = trio.Event()
-        self.monitor.gate = gate
-        return gate
+        gate = Gate(trio.Event(), frozenset(tools), tasks_only)
+        self.monitor.gates.append(gate)
+        return gate.event
 
     # -- background calls -----------------------------------------------------------------
     def spawn(self, fn: Callable[..., Awaitable[T]], *args: Any, name: str | None = None) -> Pending[T]:
@@ -221,6 +241,7 @@ async def open_harness(
     trace: Trace | None = None,
     initialize: bool = True,
     require_mock_clock: bool = True,
+    watchdog: float | None = WATCHDOG,
     **client_options: Any,
 ) -> AsyncIterator[Harness]:
     """Serve ``server`` and connect a client to it in memory; yields a :class:`Harness`.
@@ -229,7 +250,8 @@ async def open_harness(
     :func:`trio_mcp.testing.run` do): sleeps, poll intervals and TTLs then take no real time.
     Tasks are stamped with ``epoch + trio.current_time()``. ``faults`` apply to the first
     client's link and to ``server``'s tools; ``client_options`` (``on_elicit``, ``on_sample``)
-    go to the first client.
+    go to the first client. After ``watchdog`` seconds of mock time the harness fails with
+    :class:`HarnessTimeout` (None: never).
     """
     clock = trio.lowlevel.current_clock()
     if require_mock_clock and not isinstance(clock, trio.testing.MockClock):
@@ -247,6 +269,8 @@ async def open_harness(
             trio.open_nursery() as nursery,
         ):
             harness = Harness(served, runtime, trace, monitor, nursery)
+            if watchdog is not None:
+                nursery.start_soon(_watchdog, watchdog, name="trio_mcp.testing watchdog")
             async with harness.connect(
                 owner=owner, faults=faults, initialize=initialize, **client_options
             ) as client:

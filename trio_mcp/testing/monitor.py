@@ -31,7 +31,7 @@ from ..actors.context import Context
 from ..actors.server import RegisteredTool, Server
 from .faults import Faults, ToolFault
 
-__all__ = ["Checkpoint", "Work", "WorkMonitor", "instrument_server"]
+__all__ = ["Checkpoint", "Gate", "Work", "WorkMonitor", "instrument_server"]
 
 _CTX_KEY = "__trio_mcp_testing_ctx__"
 _SKIP_DIRS = tuple(os.path.dirname(m.__file__ or "") + os.sep for m in (trio, trio_mcp))
@@ -78,6 +78,23 @@ class Work:
 CheckpointHook = Callable[[Work, Checkpoint], None]
 
 
+@attrs.frozen
+class Gate:
+    """Holds the start of the named tools (all when ``tools`` is empty; only task-augmented
+    calls when ``tasks_only``) until ``event`` is set."""
+
+    event: trio.Event
+    tools: frozenset[str] = frozenset()
+    tasks_only: bool = False
+
+    def holds(self, tool: str, task_id: str | None) -> bool:
+        if self.event.is_set():
+            return False
+        if self.tools and tool not in self.tools:
+            return False
+        return task_id is not None or not self.tasks_only
+
+
 class WorkMonitor(trio.abc.Instrument):
     """Counts and locates the checkpoints of tool work; tracks live Trio tasks.
 
@@ -89,8 +106,8 @@ class WorkMonitor(trio.abc.Instrument):
         self.works: list[Work] = []
         self.hooks: list[CheckpointHook] = []
         self.hook_errors: list[BaseException] = []
-        self.gate: trio.Event | None = None
-        """While set to an unset Event, tools wait for it before they start (uncounted)."""
+        self.gates: list[Gate] = []
+        """Tools matching a gate wait, before they start, until its event is set (uncounted)."""
         self._watched: dict[trio.lowlevel.Task, Work] = {}
         self._live: dict[trio.lowlevel.Task, None] = {}
 
@@ -193,9 +210,9 @@ def _wrap(registered: RegisteredTool, monitor: WorkMonitor, faults: Faults) -> R
 
     async def wrapped(**kwargs: Any) -> Any:
         ctx: Context = kwargs.pop(_CTX_KEY)
-        gate = monitor.gate
-        if gate is not None:
-            await gate.wait()
+        for gate in list(monitor.gates):
+            if gate.holds(name, ctx.task_id):
+                await gate.event.wait()
         if context_param is not None:
             _plant_progress_faults(ctx, tool_faults)
             kwargs[context_param] = ctx
