@@ -24,7 +24,7 @@ pytest: $(STAMP)
 test: lint typecheck pytest
 
 demo: $(STAMP)
-	$(BIN)/python examples/demo_client.py
+	$(BIN)/trio-mcp demo
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

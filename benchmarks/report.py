@@ -109,6 +109,7 @@ def table(results: dict[str, Any]) -> str:
         "CPU ratio",
         "p50 ms",
         "p99 ms",
+        "max ms",
         "full GC s (n)",
     ]
     rows: list[list[str]] = []
@@ -128,6 +129,7 @@ def table(results: dict[str, Any]) -> str:
                 f"{_cpu_ratio(entry):.3f}",
                 f"{s['p50_ms']:.2f}",
                 f"{s['p99_ms']:.2f}",
+                f"{s['max_ms']:.0f}",
                 f"{gc.get('seconds', 0.0):.2f} ({gc.get('count', 0)})",
             ]
         )
@@ -156,6 +158,7 @@ def table(results: dict[str, Any]) -> str:
                 "",
                 f"{create['p50_ms']:.2f}",
                 f"{create['p99_ms']:.2f}",
+                f"{create['max_ms']:.0f}",
                 f"{create['full_gc']['seconds']:.2f} ({create['full_gc']['count']})"
                 if "full_gc" in create
                 else "",

@@ -36,7 +36,7 @@ class Sizes:
 
     n: int = 20_000
     """Task-augmented ``echo`` calls for the create and result workloads."""
-    scales: list[int] = field(default_factory=lambda: [250, 1_000, 10_000])
+    scales: list[int] = field(default_factory=lambda: [250, 1_000, 10_000, 100_000])
     """Numbers L of live ``sleep`` tasks for get, cancel and memory."""
     main_scale: int = 10_000
     """The L at which targets are judged (the largest scale if it is not among them)."""

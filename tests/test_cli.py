@@ -56,6 +56,17 @@ ENV = {"COLUMNS": "120", "TRIO_MCP_TOKEN": None, "NO_COLOR": None}
 # ------------------------------------------------------------------------------ helpers
 
 
+@pytest.fixture(autouse=True)
+def _restore_import_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Loading a SERVER spec in-process prepends to sys.path and registers the module; undo it."""
+    monkeypatch.setattr(sys, "path", sys.path.copy())
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name.startswith("_trio_mcp_serve_"):
+            del sys.modules[name]
+
+
 def invoke(*args: str, env: dict[str, str | None] | None = None) -> Result:
     return CliRunner().invoke(cli, list(args), env={**ENV, **(env or {})}, catch_exceptions=False)
 
@@ -429,6 +440,16 @@ def test_tasks_outlive_one_invocation_on_a_websocket_server_with_a_token(ws_url:
     assert (done.exit_code, done.stdout) == (0, "batch job done after 0.1s\n")
 
 
+def test_task_ids_may_begin_with_a_dash(ws_url: str) -> None:
+    # Task ids are URL-safe base64: 1 in 32 begins with "-" and must not be taken for an option.
+    for task_id in ["-Xabcdefghijk", "-oFoobarbaz12", "--Xabcdefghij"]:
+        result = ws(ws_url, "tasks get", task_id, "-o", "json")
+        assert result.exit_code == ExitCode.PROTOCOL, (task_id, result.output)
+        assert "Task not found" in result.stderr
+    typo = ws(ws_url, "tasks get", "some-id", "-x")
+    assert typo.exit_code == ExitCode.USAGE and "No such option '-x'" in typo.stderr
+
+
 def test_tasks_on_a_stdio_target_see_a_fresh_server() -> None:
     result = invoke("tasks", "list", STDIO_TARGET)
     assert result.exit_code == 0
@@ -502,7 +523,7 @@ async def test_serve_over_stdio_shuts_down_cleanly_on_a_signal(signum: int) -> N
 
 
 def test_progress_bar_in_a_terminal(ws_url: str) -> None:
-    code, output = run_in_pty([*CLI, "call", ws_url, "sleep", "seconds=0.8", "--task", "--token", TOKEN])
+    code, output = run_in_pty([*CLI, "call", ws_url, "sleep", "seconds=1.2", "--task", "--token", TOKEN])
     text = plain(output)
     assert code == 0, text
     assert "━" in text  # the bar
@@ -511,7 +532,7 @@ def test_progress_bar_in_a_terminal(ws_url: str) -> None:
     assert "sleeping: step" in text  # the status message
     assert re.search(r"0:00:0\d", text)  # elapsed time
     assert "✔ sleep" in text and "completed" in text
-    assert text.rstrip().endswith("slept 0.8s")
+    assert text.rstrip().endswith("slept 1.2s")
 
 
 def _task_status(ws_url: str, task_id: str) -> str:

@@ -618,6 +618,32 @@ async def _task_request(target: str, coro: Callable[[], Awaitable[Any]]) -> Any:
         ) from None
 
 
+class TaskIdCommand(click.Command):
+    """A command whose TASK_ID may begin with ``-``: task ids are often URL-safe base64
+    (``-X3f...``), which the option parser would otherwise take for an option.
+
+    A token starting with ``-`` that is not one of the command's options (``-o``, ``-ojson``,
+    ``--token=...``) and is at least 8 characters long is taken as TASK_ID, as if written after
+    ``--``. Shorter unknown tokens stay options, so a typo like ``-x`` is still reported.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" not in args:
+            ids = [arg for arg in args if self._is_task_id(arg)]
+            if ids:
+                args = [arg for arg in args if arg not in ids] + ["--", *ids]
+        return super().parse_args(ctx, args)
+
+    def _is_task_id(self, arg: str) -> bool:
+        if not arg.startswith("-") or len(arg) < 8:
+            return False
+        options = {opt for param in self.params for opt in (*param.opts, *param.secondary_opts)}
+        if arg.startswith("--"):
+            return arg.split("=", 1)[0] not in options
+        short_with_value = {opt for opt in options if len(opt) == 2}
+        return arg not in options and not (arg[:2] in short_with_value and arg[2:] in ("text", "json"))
+
+
 @tasks.command("list", epilog=EXIT_CODES_HELP)
 @click.argument("target")
 @client_options
@@ -645,7 +671,7 @@ def tasks_list(target: str, token: str | None, timeout: int, output: str) -> Non
     _execute(body)
 
 
-@tasks.command("get", epilog=EXIT_CODES_HELP)
+@tasks.command("get", cls=TaskIdCommand, epilog=EXIT_CODES_HELP)
 @click.argument("target")
 @click.argument("task_id")
 @client_options
@@ -670,7 +696,7 @@ def tasks_get(target: str, task_id: str, token: str | None, timeout: int, output
     _execute(body)
 
 
-@tasks.command("result", epilog=EXIT_CODES_HELP)
+@tasks.command("result", cls=TaskIdCommand, epilog=EXIT_CODES_HELP)
 @click.argument("target")
 @click.argument("task_id")
 @client_options
@@ -703,7 +729,7 @@ def tasks_result(target: str, task_id: str, token: str | None, timeout: int, out
     _execute(body)
 
 
-@tasks.command("cancel", epilog=EXIT_CODES_HELP)
+@tasks.command("cancel", cls=TaskIdCommand, epilog=EXIT_CODES_HELP)
 @click.argument("target")
 @click.argument("task_id")
 @client_options

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from ..actors.client import Client
 from ..protocol.errors import McpError
+from ..protocol.messages import ElicitRequestParams, ElicitResult
 from .errors import ExitCode
 from .follow import TaskFollower
 from .parsing import format_duration_ms
@@ -45,13 +46,18 @@ def _error(out: Console, label: str, exc: McpError) -> None:
     )
 
 
+async def _answer(request: ElicitRequestParams) -> ElicitResult:
+    """The demo answers the server's question itself (a real CLI would ask at the terminal)."""
+    return ElicitResult(action="accept", content={"answer": "trio"})
+
+
 async def run_demo(spec: str, interrupts: Interrupts, *, pace: float = 1.0) -> int:
     """The tour; ``pace`` multiplies its durations."""
     out = stdout_console()
     command = shlex.join([sys.executable, "-m", "trio_mcp.cli", "serve", spec])
     out.rule("[bold]trio-mcp demo[/]")
     out.print(Text.assemble("Starting the demo server over stdio: ", ("trio-mcp serve " + spec, "bold")))
-    async with open_target(command, connect_timeout=30.0) as client:
+    async with open_target(command, connect_timeout=30.0, on_elicit=_answer) as client:
         code = await _tour(client, out, interrupts, pace)
     if code == ExitCode.OK:
         out.rule()
@@ -153,6 +159,14 @@ async def _tour(client: Client, out: Console, interrupts: Interrupts, pace: floa
     except McpError as exc:
         _error(out, "batch_job without a task", exc)
 
-    out.rule("5. tasks/list")
+    out.rule("5. A task that needs input (elicitation)")
+    _explain(out, "ask elicits an answer from us: the task is input_required until we reply.")
+    asking = await client.call_tool_as_task("ask", {"question": "Which async library?"})
+    immediate = (asking.meta or {}).get("io.modelcontextprotocol/model-immediate-response")
+    _result(out, "model-immediate-response", immediate)
+    _result(out, "tasks/get", task_line(await client.poll_task(asking.task.task_id)))
+    _result(out, "tasks/result", (await client.task_result(asking.task.task_id)).text)
+
+    out.rule("6. tasks/list")
     out.print(tasks_table([task async for task in client.all_tasks()]))
     return ExitCode.OK

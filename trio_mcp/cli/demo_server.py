@@ -1,8 +1,9 @@
-"""The built-in demo server of ``trio-mcp demo``: the same five tools as
-``examples/demo_server.py``, for installs that do not have the repository's ``examples/``.
+"""The demo server: tools covering every kind of task support, and elicitation.
 
-Serve it with ``trio-mcp serve trio_mcp.cli.demo_server:server`` (or
-``python -m trio_mcp.cli.demo_server``).
+The single source of ``examples/demo_server.py`` and of ``trio-mcp demo``. Run over stdio
+(the default): ``python examples/demo_server.py`` (or ``trio-mcp serve
+trio_mcp.cli.demo_server:server``); over WebSocket: ``python examples/demo_server.py --ws
+127.0.0.1:8765``.
 """
 
 from __future__ import annotations
@@ -54,5 +55,46 @@ async def batch_job(seconds: float, ctx: Context) -> str:
     return f"batch job done after {seconds}s"
 
 
+ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "description": "Your answer"}},
+    "required": ["answer"],
+}
+
+
+@server.tool(task_support="optional", immediate_response="I have asked the user; their answer will follow.")
+async def ask(question: str, ctx: Context) -> str:
+    """Ask the user a question (elicitation) and return their answer."""
+    reply = await ctx.elicit(question, ANSWER_SCHEMA)
+    if reply.action == "accept" and reply.content is not None:
+        return f"The user answered: {reply.content.get('answer')}"
+    return f"The user chose to {reply.action}."
+
+
+def main() -> None:
+    import argparse
+    import functools
+    import logging
+    import sys
+
+    from trio_mcp.transports.websocket import parse_host_port, serve_websocket
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--ws", metavar="HOST:PORT", type=parse_host_port, help="serve over WebSocket instead of stdio"
+    )
+    args = parser.parse_args()
+    if args.ws is None:
+        server.run()
+        return
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    host, port = args.ws
+    print(f"serving {server.info.name} on ws://{host}:{port} (subprotocol mcp)", file=sys.stderr)
+    try:
+        trio.run(functools.partial(serve_websocket, server, host, port))
+    except KeyboardInterrupt:
+        pass
+
+
 if __name__ == "__main__":
-    server.run()
+    main()

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shlex
 import signal
-import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import attrs
 import trio
 
-from ..actors.client import Client, connect
+from ..actors.client import Client, ElicitationHandler, connect
 from ..actors.endpoint import ConnectionClosed
 from ..protocol.errors import McpError
-from ..transports.stdio import SubprocessTransport
+from ..transports.stdio import SubprocessTransport, open_subprocess_transport
 from .errors import CliError, ExitCode
 
 __all__ = ["Interrupts", "flatten", "is_url", "open_target", "run_trio", "unwrap"]
@@ -135,50 +135,24 @@ def _command(target: str) -> list[str]:
     return argv
 
 
-async def _shut_down(transport: SubprocessTransport) -> None:
-    """The MCP stdio shutdown: close stdin, wait; SIGTERM, wait; SIGKILL. Always reaps."""
-    process = transport.process
-    try:
-        try:
-            await transport.send_eof()
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        with trio.move_on_after(SHUTDOWN_GRACE):
-            await process.wait()
-        if process.returncode is None:
-            process.terminate()
-            with trio.move_on_after(SHUTDOWN_GRACE):
-                await process.wait()
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    finally:
-        await transport.aclose()
-
-
 @asynccontextmanager
 async def _spawn(argv: list[str]) -> AsyncIterator[SubprocessTransport]:
-    # Like trio_mcp.transports.stdio.open_subprocess_transport, but the child gets a session of
-    # its own: Ctrl-C in the terminal then reaches only us, and we get to send tasks/cancel to
-    # a server that is still alive before closing its stdin.
-    try:
-        process = await trio.lowlevel.open_process(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, start_new_session=True
-        )
-    except FileNotFoundError:
-        raise CliError(
-            ExitCode.CONNECTION,
-            f"cannot start {argv[0]!r}: command not found",
-            hint="TARGET is a command line (quoted as one argument) or a ws:// URL",
-        ) from None
-    except OSError as exc:
-        raise CliError(ExitCode.CONNECTION, f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
-    transport = SubprocessTransport(process)
-    try:
+    # The child gets a session of its own: Ctrl-C in the terminal then reaches only us, and we
+    # get to send tasks/cancel to a server that is still alive before closing its stdin.
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            transport = await stack.enter_async_context(
+                open_subprocess_transport(argv, shutdown_timeout=SHUTDOWN_GRACE, start_new_session=True)
+            )
+        except FileNotFoundError:
+            raise CliError(
+                ExitCode.CONNECTION,
+                f"cannot start {argv[0]!r}: command not found",
+                hint="TARGET is a command line (quoted as one argument) or a ws:// URL",
+            ) from None
+        except OSError as exc:
+            raise CliError(ExitCode.CONNECTION, f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
         yield transport
-    finally:
-        with trio.CancelScope(shield=True):
-            await _shut_down(transport)
 
 
 async def _handshake(client: Client, target: str, limit: float, *, process: trio.Process | None) -> None:
@@ -211,18 +185,25 @@ async def _handshake(client: Client, target: str, limit: float, *, process: trio
 
 @asynccontextmanager
 async def open_target(
-    target: str, *, token: str | None = None, connect_timeout: float = 10.0
+    target: str,
+    *,
+    token: str | None = None,
+    connect_timeout: float = 10.0,
+    on_elicit: ElicitationHandler | None = None,
 ) -> AsyncIterator[Client]:
     """An initialized :class:`~trio_mcp.Client` on TARGET: a ``ws://``/``wss://`` URL, or a
-    command line (one string, split like a shell does) spawned as a stdio server."""
+    command line (one string, split like a shell does) spawned as a stdio server.
+    ``on_elicit`` answers the server's elicitation requests (the capability is declared)."""
     if not (math.isfinite(connect_timeout) and connect_timeout > 0):
         raise CliError(ExitCode.USAGE, "--timeout must be positive")
     if is_url(target):
-        async with _open_websocket(target, token=token, connect_timeout=connect_timeout) as client:
+        async with _open_websocket(
+            target, token=token, connect_timeout=connect_timeout, on_elicit=on_elicit
+        ) as client:
             yield client
         return
     argv = _command(target)
-    async with _spawn(argv) as transport, connect(transport, initialize=False) as client:
+    async with _spawn(argv) as transport, connect(transport, initialize=False, on_elicit=on_elicit) as client:
         try:
             await _handshake(client, target, connect_timeout, process=transport.process)
         except CliError:
@@ -233,7 +214,9 @@ async def open_target(
 
 
 @asynccontextmanager
-async def _open_websocket(url: str, *, token: str | None, connect_timeout: float) -> AsyncIterator[Client]:
+async def _open_websocket(
+    url: str, *, token: str | None, connect_timeout: float, on_elicit: ElicitationHandler | None = None
+) -> AsyncIterator[Client]:
     try:
         import trio_websocket
 
@@ -244,14 +227,14 @@ async def _open_websocket(url: str, *, token: str | None, connect_timeout: float
     entered = False
     try:
         async with open_websocket_transport(url, token=token, connect_timeout=connect_timeout) as transport:
-            async with connect(transport, initialize=False) as client:
+            async with connect(transport, initialize=False, on_elicit=on_elicit) as client:
                 await _handshake(client, url, connect_timeout, process=None)
                 entered = True
                 yield client
     except ValueError as exc:
         if entered:
             raise
-        raise CliError(ExitCode.USAGE, f"bad URL {url!r}: {exc}") from None
+        raise CliError(ExitCode.USAGE, f"cannot use {url!r}: {exc}") from None
     except trio_websocket.ConnectionRejected as exc:
         if entered:  # pragma: no cover - only raised while connecting
             raise

@@ -363,6 +363,7 @@ async def open_subprocess_transport(
     cwd: str | os.PathLike[str] | None = None,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     shutdown_timeout: float = 2.0,
+    start_new_session: bool = False,
 ) -> AsyncIterator[SubprocessTransport]:
     """Spawn an MCP server and yield a transport on its stdin/stdout, for a client.
 
@@ -379,7 +380,8 @@ async def open_subprocess_transport(
     exit, then send SIGTERM and wait as long again, then SIGKILL. The child is always reaped
     (no zombie) before the block is left; the transport is closed after the child has exited,
     so output it writes while shutting down doesn't fail. Only the child itself is signalled,
-    not processes it started.
+    not processes it started. ``start_new_session`` puts the child in a session of its own, so
+    a terminal's Ctrl-C reaches only the parent (which may then still talk to the child).
     """
     if isinstance(command, str):
         raise TypeError("command must be a sequence of arguments, not a string")
@@ -392,6 +394,7 @@ async def open_subprocess_transport(
         stderr=None,
         env=env,
         cwd=cwd,
+        start_new_session=start_new_session,
     )
     try:
         transport = SubprocessTransport(process, max_message_size=max_message_size)
