@@ -272,7 +272,7 @@ def test_load_server_from_a_file_or_a_module(tmp_path: Path) -> None:
     cases = {
         f"{tmp_path / 'nope.py'}:server": "no such file",
         f"{DEMO_FILE}:srv": "Server objects in it",
-        f"{DEMO_FILE}:trio": "not a trio_mcp.Server",
+        f"{DEMO_FILE}:main": "not a trio_mcp.Server",
         "no_such_module_xyz:server": "no module named 'no_such_module_xyz'",
         "bad spec:server": "neither a module name",
         f"{DEMO_FILE}:": "invalid SERVER spec",
@@ -585,7 +585,9 @@ def test_demo_walks_through_tasks() -> None:
         "error -32011",
         "isError=True: something broke",
         "add as a task: error -32601",
-        "5. tasks/list",
+        "5. A task that needs input",
+        "tasks/result: The user answered: trio",
+        "6. tasks/list",
         "Done.",
     ]:
         assert expected in out, expected
