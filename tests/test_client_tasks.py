@@ -105,22 +105,8 @@ async def test_no_task_augmented_request_to_a_client_that_did_not_declare_it(aut
         assert "elicitation/create" in info.value.message
 
 
-async def test_client_without_receiver_refuses_tasks_requests(autojump_clock: Any) -> None:
-    server = Server("probe", version="1")
-
-    @server.tool()
-    async def probe(ctx: Context) -> str:
-        try:
-            await ctx.client_tasks.get("nope")
-        except McpError as exc:
-            return str(exc.code)
-        return "answered"
-
-    async with connect_in_memory(server) as client:
-        assert (await client.call_tool("probe", {})).text == "-32601"
-
-
-async def test_client_task_ids_of_another_peer_are_not_found(autojump_clock: Any) -> None:
+def probe_server() -> Server:
+    """A tool that asks the client about a task id the client never created."""
     server = Server("probe", version="1")
 
     @server.tool()
@@ -131,8 +117,17 @@ async def test_client_task_ids_of_another_peer_are_not_found(autojump_clock: Any
             return str(exc.code)
         return "answered"
 
+    return server
+
+
+async def test_client_without_receiver_refuses_tasks_requests(autojump_clock: Any) -> None:
+    async with connect_in_memory(probe_server()) as client:
+        assert (await client.call_tool("probe", {})).text == "-32601"
+
+
+async def test_client_task_ids_of_another_peer_are_not_found(autojump_clock: Any) -> None:
     async def human(params: ElicitRequestParams) -> ElicitResult:
         return ElicitResult(action="decline")
 
-    async with connect_in_memory(server, on_elicit=human) as client:
+    async with connect_in_memory(probe_server(), on_elicit=human) as client:
         assert (await client.call_tool("probe", {})).text == "-32602"
