@@ -104,3 +104,46 @@ async def test_a_crashing_task_actor_fails_its_task_and_the_supervisor_survives(
         supervisor.tell(CreateTask("owner", work, None, lambda t: None, again))
         assert (await again.wait()).status == TaskStatus.WORKING
         nursery.cancel_scope.cancel()
+
+
+async def test_a_crashing_session_closes_only_its_connection(autojump_clock: Any) -> None:
+    from trio_mcp import Server, connect
+    from trio_mcp.actors.endpoint import ConnectionClosed
+    from trio_mcp.actors.session import SessionActor
+    from trio_mcp.transports.memory import memory_transport_pair
+
+    server = Server("crash", version="1")
+
+    @server.tool()
+    async def echo(text: str) -> str:
+        return text
+
+    original = SessionActor.on_notification
+
+    async def buggy(self: SessionActor, notification: Any) -> None:
+        if notification.method == "test/crash":
+            raise RuntimeError("bug in the session")
+        await original(self, notification)
+
+    SessionActor.on_notification = buggy  # type: ignore[method-assign]
+    try:
+        async with server.open() as runtime, trio.open_nursery() as nursery:
+            pairs = [memory_transport_pair() for _ in range(2)]
+            serves_returned: list[int] = []
+
+            async def serve(index: int) -> None:
+                await runtime.serve(pairs[index][1])
+                serves_returned.append(index)
+
+            for index in range(2):
+                nursery.start_soon(serve, index)
+            async with connect(pairs[0][0]) as victim, connect(pairs[1][0]) as bystander:
+                await victim.send(b'{"jsonrpc":"2.0","method":"test/crash"}')
+                with pytest.raises(ConnectionClosed):
+                    await victim.call_tool("echo", {"text": "x"})
+                await trio.testing.wait_all_tasks_blocked()
+                assert serves_returned == [0]  # returned normally: nothing escaped into the nursery
+                assert (await bystander.call_tool("echo", {"text": "still here"})).text == "still here"
+            nursery.cancel_scope.cancel()
+    finally:
+        SessionActor.on_notification = original  # type: ignore[method-assign]

@@ -394,3 +394,30 @@ async def test_closing_the_connection_cancels_its_tasks(probe: Probe, autojump_c
         assert probe.cancelled == 2 and probe.cleaned_up == 2
         assert len(runtime.supervisor.store) == 0
         nursery.cancel_scope.cancel()
+
+
+async def test_poll_helper_honours_poll_interval(probe: Probe, autojump_clock: Any) -> None:
+    async with clients(make_server(probe, TaskLimits(poll_interval_ms=2000))) as (_, [client]):
+        task = (await client.call_tool_as_task("wait", {"seconds": 9})).task
+        polls: list[float] = []
+        final = await client.poll_task(task.task_id, on_status=lambda t: polls.append(trio.current_time()))
+        assert final.status == TaskStatus.COMPLETED
+        assert polls == pytest.approx([0, 2, 4, 6, 8, 10], abs=0.01)  # every 2 s until terminal
+
+
+async def test_client_never_task_augments_for_a_server_without_task_support(
+    probe: Probe, autojump_clock: Any
+) -> None:
+    server = make_server(probe)
+    async with server.open() as runtime, trio.open_nursery() as nursery:
+        client_side, server_side = memory_transport_pair()
+        nursery.start_soon(runtime.serve, server_side)
+        async with connect(client_side, initialize=False) as client:
+            await client.initialize(protocol_version="2025-06-18")  # no tasks in that version
+            assert "tasks" not in client.server.capabilities  # type: ignore[union-attr]
+            with pytest.raises(McpError) as info:
+                await client.call_tool_as_task("echo", {"text": "x"})
+            assert info.value.code == -32600
+            assert len(runtime.supervisor.store) == 0  # nothing was sent
+            assert (await client.call_tool("echo", {"text": "plain"})).text == "plain"
+        nursery.cancel_scope.cancel()

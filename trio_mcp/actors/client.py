@@ -17,7 +17,7 @@ import trio
 
 from ..protocol import jsonrpc
 from ..protocol.converter import structure, unstructure
-from ..protocol.errors import METHOD_NOT_FOUND, McpError
+from ..protocol.errors import INVALID_REQUEST, METHOD_NOT_FOUND, McpError
 from ..protocol.messages import (
     CallToolResult,
     CreateMessageParams,
@@ -238,7 +238,15 @@ class Client(Endpoint):
         ttl_ms: int | None = None,
         on_progress: ProgressCallback | None = None,
     ) -> CreateTaskResult:
-        """Create a task; returns at once. ``on_progress`` stays subscribed for the task's life."""
+        """Create a task; returns at once. ``on_progress`` stays subscribed for the task's life.
+
+        Raises McpError (-32600) without sending anything if the server did not declare
+        ``tasks.requests.tools.call``: the spec forbids task-augmenting its tools then.
+        """
+        if self.server is not None and not _declares(
+            self.server.capabilities, "tasks", "requests", "tools", "call"
+        ):
+            raise McpError(INVALID_REQUEST, "The server does not support task-augmented tools/call")
         meta, _ = self._meta_for(on_progress)
         params: dict[str, Any] = {
             "name": name,
@@ -274,6 +282,15 @@ class Client(Endpoint):
         """Poll ``tasks/get`` until the task is terminal (or ``input_required``), sleeping the
         server's ``pollInterval`` between polls. Returns the last Task seen."""
         return await self.tasks.poll(task_id, on_status=on_status, default_interval_ms=default_interval_ms)
+
+
+def _declares(capabilities: dict[str, Any], *path: str) -> bool:
+    node: Any = capabilities
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+    return True
 
 
 @asynccontextmanager

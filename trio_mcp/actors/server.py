@@ -257,4 +257,7 @@ class ServerRuntime:
         from .session import SessionActor
 
         session = SessionActor(self.server, self.supervisor, transport, owner=owner)
-        await session.run()
+        try:
+            await session.run()
+        except Exception as exc:  # the supervisor's decision: a crashed session closes its connection
+            log.error("%s crashed; its connection is closed: %r", session.name, exc, exc_info=exc)
