@@ -282,10 +282,10 @@ class LoadClient:
                     results[index] = message.get("result")
                 done += 1
         seconds = perf_counter() - start
-        window = (started, time.monotonic())
+        timed = (started, time.monotonic())
         client_cpu = time.process_time() - client_cpu
         peer_cpu = cpu_seconds(pid) - peer_cpu
-        return RunResult(n, seconds, latencies, results, errors, [window], peer_cpu, client_cpu)
+        return RunResult(n, seconds, latencies, results, errors, [timed], peer_cpu, client_cpu)
 
     # -- internals --------------------------------------------------------------------------
     def _write_all(self, data: bytes) -> None:

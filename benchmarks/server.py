@@ -2,7 +2,7 @@
 
 Run it as ``python benchmarks/server.py [--default-ttl-ms MS] [--max-ttl-ms MS] [--max-live N]``.
 The defaults give a long TTL (six hours) so that nothing expires during a benchmark; the
-churn workload starts it with ``--default-ttl-ms 1500 --max-ttl-ms 2000`` (the short-TTL
+churn workload starts it with ``--default-ttl-ms 1000 --max-ttl-ms 2000`` (the short-TTL
 variant). Every setting can also come from the environment (``BENCH_DEFAULT_TTL_MS``,
 ``BENCH_MAX_TTL_MS``, ``BENCH_MAX_LIVE``); flags win.
 

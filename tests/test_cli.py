@@ -1,5 +1,6 @@
 """The ``trio-mcp`` command: every subcommand, its errors and exit codes, the live progress
-display in a pseudo-terminal, Ctrl-C cancelling a task, and signal shutdown of ``serve``.
+display in a pseudo-terminal, Ctrl-C cancelling a task, questions (elicitation) answered at
+the terminal or from piped stdin, and signal shutdown of ``serve``.
 
 Client commands run in-process with click's CliRunner against one shared
 ``trio-mcp serve --ws ... --token`` subprocess (cheap per test); what needs a real process
@@ -9,6 +10,7 @@ Client commands run in-process with click's CliRunner against one shared
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
 import re
@@ -28,10 +30,12 @@ from typing import Any
 import pytest
 import trio
 from click.testing import CliRunner, Result
+from rich.console import Console
 
 from trio_mcp import connect
 from trio_mcp.cli import ExitCode, cli, main
 from trio_mcp.cli.app import default_demo_server
+from trio_mcp.cli.elicit import Field, Skip, TerminalElicitor, form_fields
 from trio_mcp.cli.errors import CliError
 from trio_mcp.cli.parsing import (
     coerce_value,
@@ -41,7 +45,7 @@ from trio_mcp.cli.parsing import (
     parse_tool_arguments,
 )
 from trio_mcp.cli.render import result_lines
-from trio_mcp.protocol.messages import CallToolResult, TextContent, Tool
+from trio_mcp.protocol.messages import CallToolResult, ElicitRequestParams, ElicitResult, TextContent, Tool
 from trio_mcp.transports.stdio import open_subprocess_transport
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,8 +71,10 @@ def _restore_import_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             del sys.modules[name]
 
 
-def invoke(*args: str, env: dict[str, str | None] | None = None) -> Result:
-    return CliRunner().invoke(cli, list(args), env={**ENV, **(env or {})}, catch_exceptions=False)
+def invoke(*args: str, env: dict[str, str | None] | None = None, input: str | None = None) -> Result:
+    return CliRunner().invoke(
+        cli, list(args), env={**ENV, **(env or {})}, input=input, catch_exceptions=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -106,11 +112,11 @@ def ws_url() -> Iterator[str]:
     assert code == 0
 
 
-def ws(ws_url: str, *args: str, env: dict[str, str | None] | None = None) -> Result:
+def ws(ws_url: str, *args: str, env: dict[str, str | None] | None = None, input: str | None = None) -> Result:
     """Invoke ``trio-mcp <command> <ws_url> <args>`` with the server's token."""
     command, *rest = args
     words = command.split()
-    return invoke(*words, ws_url, *rest, env={"TRIO_MCP_TOKEN": TOKEN, **(env or {})})
+    return invoke(*words, ws_url, *rest, env={"TRIO_MCP_TOKEN": TOKEN, **(env or {})}, input=input)
 
 
 def run_in_pty(
@@ -592,3 +598,148 @@ def test_demo_walks_through_tasks() -> None:
     ]:
         assert expected in out, expected
     assert out.count("cancelled") >= 3
+
+
+# ---------------------------------------------------------------------- elicitation: asking
+
+
+FORM = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "title": "Name", "minLength": 2},
+        "email": {"type": "string", "format": "email"},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "size": {
+            "type": "string",
+            "oneOf": [{"const": "s", "title": "Small"}, {"const": "l", "title": "Large"}],
+        },
+        "color": {
+            "type": "string",
+            "enum": ["red", "green"],
+            "enumNames": ["Red", "Green"],
+            "default": "red",
+        },
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b", "c"]}, "maxItems": 2},
+        "subscribe": {"type": "boolean", "default": False},
+        "score": {"type": "number"},
+    },
+    "required": ["name", "age", "size", "tags"],
+}
+
+
+def test_elicitation_answers_are_checked_against_the_schema() -> None:
+    fields = {field.name: field for field in form_fields(FORM)}
+    assert [f.kind for f in fields.values()] == [
+        "string",
+        "string",
+        "integer",
+        "choice",
+        "choice",
+        "multi",
+        "boolean",
+        "number",
+    ]
+    name, email, age, size = fields["name"], fields["email"], fields["age"], fields["size"]
+    color, tags, subscribe, score = fields["color"], fields["tags"], fields["subscribe"], fields["score"]
+    assert name.answer(" Ada ") == " Ada "  # strings are kept as typed
+    assert age.answer("36") == 36 and age.answer("1e2") == 100 and score.answer("2.5") == 2.5
+    assert size.answer("2") == "l" and size.answer("small") == "s" and size.answer("l") == "l"
+    assert color.answer("") == "red" and color.answer("Green") == "green"  # default; a title
+    assert tags.answer("c, a, c") == ["c", "a"] and tags.answer("3") == ["c"]
+    assert subscribe.answer("") is False and subscribe.answer("yes") is True
+    assert email.answer("") is Skip.OMIT and score.answer("") is Skip.OMIT  # optional: left out
+    failures = [
+        (name, "A", "must be at least 2 characters"),
+        (name, "", "an answer is required"),
+        (email, "nope", "not a valid email address"),
+        (age, "200", "must be from 0 to 150"),
+        (age, "1.5", "not a whole number"),
+        (score, "nan", "not a finite number"),
+        (score, "many", "not a number"),
+        (size, "medium", "not one of the choices: Small, Large"),
+        (tags, "a,b,c", "choose at most 2"),
+        (subscribe, "maybe", "not yes or no"),
+    ]
+    for field, text, message in failures:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            field.answer(text)
+    prompts = {name: f.prompt().plain for name, f in fields.items()}
+    assert prompts["age"] == "  age (integer from 0 to 150): "
+    assert prompts["color"] == "  color [1-2] (default: Red): "
+    assert prompts["tags"] == "  tags [a/b/c, comma-separated] (choose at most 2): "
+    assert prompts["subscribe"] == "  subscribe [y/N]: "
+    assert prompts["email"] == "  email (email address, optional): "
+    assert [line.plain for line in size.option_lines()] == ["    1) Small = s", "    2) Large = l"]
+    assert Field.of("x", {"type": "object"}, True).answer('{"a": 1}') == {"a": 1}  # beyond the subset
+
+
+async def test_the_elicitor_asks_again_until_an_answer_fits_and_declines_at_end_of_input() -> None:
+    err = io.StringIO()
+    answers = "A\nAda\n\n200\n36\nlarge\n\na,b\nno\n\n" + "Bob\n"  # then the input ends
+    elicitor = TerminalElicitor(Console(file=err, width=200), stdin=io.StringIO(answers))
+    request = ElicitRequestParams(
+        "Sign up", FORM, meta={"io.modelcontextprotocol/related-task": {"taskId": "t1"}}
+    )
+    with trio.fail_after(5):
+        result = await elicitor(request)
+        assert result == ElicitResult(
+            "accept",
+            {"name": "Ada", "age": 36, "size": "l", "color": "red", "tags": ["a", "b"], "subscribe": False},
+        )
+        assert await elicitor(ElicitRequestParams("Again", FORM)) == ElicitResult("decline")
+        assert await elicitor(ElicitRequestParams("Once more", FORM)) == ElicitResult("decline")
+        await elicitor.withdraw()
+        assert await elicitor(ElicitRequestParams("Too late", FORM)) == ElicitResult("cancel")
+    transcript = err.getvalue()
+    assert transcript.startswith("? Task t1 asks: Sign up\n  Name (at least 2 characters): A\n")
+    assert "✘ must be at least 2 characters, got 1" in transcript
+    assert "  email (email address, optional): \n" in transcript  # the answers are echoed
+    assert "  age (integer from 0 to 150): 200\n  ✘ must be from 0 to 150, got 200" in transcript
+    assert "? The server asks: Again" in transcript
+    assert transcript.count("(end of input)") == 2 and transcript.count("→ declined") == 2
+    assert "Too late" not in transcript
+
+
+def test_ask_with_piped_stdin_reads_the_answer_and_declines_at_end_of_input(ws_url: str) -> None:
+    result = ws(ws_url, "call", "ask", "question=Favourite colour?", "--task", input="blue\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "The user answered: blue\n"  # stdout stays the result
+    assert re.search(r"\? Task \S+ asks: Favourite colour\?\n  answer \(Your answer\): blue\n", result.stderr)
+    result = ws(ws_url, "call", "ask", "question=Favourite colour?", "-o", "json", input="")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["content"][0]["text"] == "The user chose to decline."
+    assert "? The server asks: Favourite colour?" in result.stderr and "→ declined" in result.stderr
+
+
+def _type(keys: bytes) -> Callable[[subprocess.Popen[bytes], int], None]:
+    def type_keys(process: subprocess.Popen[bytes], master: int) -> None:
+        os.write(master, keys)
+
+    return type_keys
+
+
+@pytest.mark.parametrize("as_task", [True, False], ids=["task", "plain"])
+def test_ask_in_a_terminal(as_task: bool) -> None:
+    argv = [*CLI, "call", STDIO_TARGET, "ask", "question=Favourite colour?", *(["--task"] if as_task else [])]
+    code, output = run_in_pty(argv, trigger=(b"(Your answer)", _type(b"deep blue\r")))
+    text = plain(output)
+    assert code == 0, text
+    assert "Ctrl-D declines, Ctrl-C cancels" in text
+    assert re.search(r"answer \(Your answer\): deep blue\r?\n", text), text
+    if as_task:  # the bar stopped at input_required above the prompt, and went on below it
+        assert text.index("input_required · Favourite colour?") < text.index("asks: Favourite colour?")
+        assert "✔ ask" in text[text.index("deep blue") :]
+    assert text.rstrip().endswith("The user answered: deep blue")
+
+
+@pytest.mark.parametrize(
+    ("keys", "action"), [(b"\x04", "decline"), (b"\x03", "cancel")], ids=["ctrl-d", "ctrl-c"]
+)
+def test_ctrl_d_declines_and_ctrl_c_cancels_only_the_question(ws_url: str, keys: bytes, action: str) -> None:
+    argv = [*CLI, "call", ws_url, "ask", "question=Favourite colour?", "--task", "--token", TOKEN]
+    code, output = run_in_pty(argv, trigger=(b"(Your answer)", _type(keys)), controlling_tty=True)
+    text = plain(output)
+    assert code == 0, text  # Ctrl-C dismissed the question: the task went on and completed
+    assert "✔ ask" in text and "completed" in text
+    assert ("→ declined" if action == "decline" else "→ cancelled this request") in text
+    assert text.rstrip().endswith(f"The user chose to {action}.")

@@ -86,7 +86,7 @@ async def test_a_crashing_task_actor_fails_its_task_and_the_supervisor_survives(
         actor = await reply.wait()
         waiting: Reply[TaskOutcome] = Reply()
         supervisor.tell(Route("owner", actor.task_id, AwaitResult(waiting)))
-        actor.tell(Start())
+        supervisor.tell(Route("owner", actor.task_id, Start()))
         with pytest.raises(McpError) as info:
             await waiting.wait()
         assert info.value.code == INTERNAL_ERROR and "observer bug" in info.value.message

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -11,18 +12,13 @@ import pytest
 import trio
 import trio.testing
 
-from trio_mcp import Client, Context, McpError, Server, TaskLimits, connect
-from trio_mcp.actors.server import ServerRuntime
+from trio_mcp import Client, Context, McpError, Server, TaskLimits
 from trio_mcp.protocol.errors import INVALID_PARAMS, TASK_CANCELLED, TASK_LIMIT_REACHED
 from trio_mcp.protocol.messages import RELATED_TASK_KEY, ProgressParams, Task
 from trio_mcp.protocol.tasks import TaskStatus
-from trio_mcp.transports.memory import memory_transport_pair
+from trio_mcp.testing import Harness, open_harness
 
-EPOCH = 1_800_000_000.0
-
-
-def pinned_wall_clock() -> float:
-    return EPOCH + trio.current_time()
+EPOCH = 1_800_000_000.0  # tasks are stamped EPOCH + mock time
 
 
 class Probe:
@@ -84,23 +80,11 @@ def make_server(probe: Probe, limits: TaskLimits | None = None) -> Server:
 
 
 @asynccontextmanager
-async def clients(server: Server, count: int = 1) -> AsyncIterator[tuple[ServerRuntime, list[Client]]]:
-    """``count`` clients, each on its own connection to one running server."""
-    async with server.open(wall_clock=pinned_wall_clock) as runtime, trio.open_nursery() as nursery:
-        connected: list[Client] = []
-        managers = []
-        for _ in range(count):
-            client_side, server_side = memory_transport_pair()
-            nursery.start_soon(runtime.serve, server_side)
-            manager = connect(client_side)
-            connected.append(await manager.__aenter__())
-            managers.append(manager)
-        try:
-            yield runtime, connected
-        finally:
-            for manager in reversed(managers):
-                await manager.__aexit__(None, None, None)
-            nursery.cancel_scope.cancel()
+async def clients(server: Server, count: int = 1) -> AsyncIterator[tuple[Harness, list[Client]]]:
+    """The testing kit's harness on ``server`` with ``count`` clients, each its own connection."""
+    async with open_harness(server, epoch=EPOCH) as harness, contextlib.AsyncExitStack() as stack:
+        extra = [await stack.enter_async_context(harness.connect()) for _ in range(count - 1)]
+        yield harness, [harness.client, *extra]
 
 
 @pytest.fixture
@@ -115,7 +99,7 @@ async def error_of(awaitable: Any) -> McpError:
 
 
 async def test_create_answers_at_once_with_a_working_task(probe: Probe, autojump_clock: Any) -> None:
-    async with clients(make_server(probe)) as (_, [client]):
+    async with clients(make_server(probe)) as (_harness, [client]):
         created = await client.call_tool_as_task("wait", {"seconds": 60})
         task = created.task
         assert task.status == TaskStatus.WORKING
@@ -127,7 +111,7 @@ async def test_create_answers_at_once_with_a_working_task(probe: Probe, autojump
 
 
 async def test_timestamps_are_the_times_of_the_events(probe: Probe, autojump_clock: Any) -> None:
-    async with clients(make_server(probe)) as (_, [client]):
+    async with clients(make_server(probe)) as (_harness, [client]):
         await trio.sleep(10)
         task = (await client.call_tool_as_task("wait", {"seconds": 20})).task
         created = datetime.fromisoformat(task.created_at)
@@ -141,7 +125,7 @@ async def test_timestamps_are_the_times_of_the_events(probe: Probe, autojump_clo
 
 
 async def test_result_waits_for_the_end_and_carries_related_task(probe: Probe, autojump_clock: Any) -> None:
-    async with clients(make_server(probe)) as (_, [client]):
+    async with clients(make_server(probe)) as (_harness, [client]):
         task = (await client.call_tool_as_task("wait", {"seconds": 8})).task
         result = await client.task_result(task.task_id)
         assert trio.current_time() == pytest.approx(8, abs=0.01)
@@ -150,7 +134,7 @@ async def test_result_waits_for_the_end_and_carries_related_task(probe: Probe, a
 
 
 async def test_concurrent_result_waiters_are_all_answered(probe: Probe, autojump_clock: Any) -> None:
-    async with clients(make_server(probe), count=1) as (_, [client]):
+    async with clients(make_server(probe), count=1) as (harness, [client]):
         task = (await client.call_tool_as_task("gated", {})).task
         answers: list[str] = []
 
@@ -160,7 +144,7 @@ async def test_concurrent_result_waiters_are_all_answered(probe: Probe, autojump
         async with trio.open_nursery() as nursery:
             for _ in range(25):
                 nursery.start_soon(waiter)
-            await trio.testing.wait_all_tasks_blocked()
+            await harness.settle()
             assert answers == []
             probe.release.set()
         assert answers == ["released"] * 25
@@ -171,14 +155,15 @@ async def test_concurrent_result_waiters_are_all_answered(probe: Probe, autojump
 async def test_cancel_stops_the_work_and_is_cancelled_before_the_answer(
     probe: Probe, autojump_clock: Any
 ) -> None:
-    async with clients(make_server(probe)) as (_, [client]):
+    async with clients(make_server(probe)) as (harness, [client]):
         task = (await client.call_tool_as_task("wait", {"seconds": 3600})).task
         await trio.sleep(5)
         cancelled = await client.cancel_task(task.task_id)
         assert cancelled.status == TaskStatus.CANCELLED
-        await trio.testing.wait_all_tasks_blocked()
+        await harness.settle()
         assert probe.cancelled == 1 and probe.cleaned_up == 1 and probe.finished == 0
         assert (await client.get_task(task.task_id)).status == TaskStatus.CANCELLED
+        harness.trace.assert_statuses("task-1", "working", "cancelled")
         error = await error_of(client.task_result(task.task_id))
         assert error.code == TASK_CANCELLED
 
@@ -186,19 +171,20 @@ async def test_cancel_stops_the_work_and_is_cancelled_before_the_answer(
 async def test_cancelled_stays_cancelled_when_the_work_returns_anyway(
     probe: Probe, autojump_clock: Any
 ) -> None:
-    async with clients(make_server(probe)) as (_, [client]):
+    async with clients(make_server(probe)) as (harness, [client]):
         task = (await client.call_tool_as_task("stubborn", {"seconds": 10})).task
         await trio.sleep(1)
         assert (await client.cancel_task(task.task_id)).status == TaskStatus.CANCELLED
         await trio.sleep(20)
         assert probe.finished == 1  # the work did return...
+        harness.trace.assert_statuses("task-1", "working", "cancelled")
         after = await client.get_task(task.task_id)
         assert after.status == TaskStatus.CANCELLED  # ...and changed nothing
         assert (await error_of(client.task_result(task.task_id))).code == TASK_CANCELLED
 
 
 async def test_cancel_wakes_result_waiters(probe: Probe, autojump_clock: Any) -> None:
-    async with clients(make_server(probe)) as (_, [client]):
+    async with clients(make_server(probe)) as (harness, [client]):
         task = (await client.call_tool_as_task("gated", {})).task
         errors: list[int] = []
 
@@ -208,7 +194,7 @@ async def test_cancel_wakes_result_waiters(probe: Probe, autojump_clock: Any) ->
         async with trio.open_nursery() as nursery:
             nursery.start_soon(waiter)
             nursery.start_soon(waiter)
-            await trio.testing.wait_all_tasks_blocked()
+            await harness.settle()
             await client.cancel_task(task.task_id)
         assert errors == [TASK_CANCELLED, TASK_CANCELLED]
 
@@ -219,7 +205,7 @@ async def test_cancel_wakes_result_waiters(probe: Probe, autojump_clock: Any) ->
 async def test_cancelling_a_terminal_task_is_invalid_params(
     probe: Probe, autojump_clock: Any, tool: str, args: dict[str, Any], status: str
 ) -> None:
-    async with clients(make_server(probe)) as (_, [client]):
+    async with clients(make_server(probe)) as (_harness, [client]):
         task = (await client.call_tool_as_task(tool, args)).task
         await client.task_result(task.task_id) if status == "completed" else await client.poll_task(
             task.task_id
@@ -230,7 +216,7 @@ async def test_cancelling_a_terminal_task_is_invalid_params(
 
 
 async def test_tool_error_fails_the_task_with_an_is_error_result(probe: Probe, autojump_clock: Any) -> None:
-    async with clients(make_server(probe)) as (_, [client]):
+    async with clients(make_server(probe)) as (_harness, [client]):
         task = (await client.call_tool_as_task("broken", {"message": "disk on fire"})).task
         result = await client.task_result(task.task_id)
         assert result.is_error and result.text == "disk on fire"
@@ -242,7 +228,7 @@ async def test_tool_error_fails_the_task_with_an_is_error_result(probe: Probe, a
 async def test_protocol_error_in_a_tool_fails_the_task_with_that_error(
     probe: Probe, autojump_clock: Any
 ) -> None:
-    async with clients(make_server(probe)) as (_, [client]):
+    async with clients(make_server(probe)) as (_harness, [client]):
         task = (await client.call_tool_as_task("refuse", {})).task
         error = await error_of(client.task_result(task.task_id))
         assert (error.code, error.message) == (-32001, "refused by policy")
@@ -250,7 +236,7 @@ async def test_protocol_error_in_a_tool_fails_the_task_with_that_error(
 
 
 async def test_bad_arguments_fail_the_task_naming_the_field(probe: Probe, autojump_clock: Any) -> None:
-    async with clients(make_server(probe)) as (_, [client]):
+    async with clients(make_server(probe)) as (_harness, [client]):
         task = (await client.call_tool_as_task("wait", {"seconds": "soon"})).task
         result = await client.task_result(task.task_id)
         assert result.is_error and "seconds" in result.text
@@ -258,14 +244,14 @@ async def test_bad_arguments_fail_the_task_naming_the_field(probe: Probe, autoju
 
 async def test_ttl_is_clamped_to_the_maximum_and_reported(probe: Probe, autojump_clock: Any) -> None:
     limits = TaskLimits(default_ttl_ms=1000, max_ttl_ms=5000)
-    async with clients(make_server(probe, limits)) as (_, [client]):
+    async with clients(make_server(probe, limits)) as (_harness, [client]):
         assert (await client.call_tool_as_task("echo", {"text": "a"}, ttl_ms=10**9)).task.ttl == 5000
         assert (await client.call_tool_as_task("echo", {"text": "b"}, ttl_ms=2000)).task.ttl == 2000
         assert (await client.call_tool_as_task("echo", {"text": "c"})).task.ttl == 1000
 
 
 async def test_ttl_counts_from_creation_and_removes_finished_tasks(probe: Probe, autojump_clock: Any) -> None:
-    async with clients(make_server(probe)) as (_, [client]):
+    async with clients(make_server(probe)) as (_harness, [client]):
         task = (await client.call_tool_as_task("wait", {"seconds": 4}, ttl_ms=10_000)).task
         await trio.sleep(9.9)
         assert (await client.get_task(task.task_id)).status == TaskStatus.COMPLETED
@@ -277,18 +263,19 @@ async def test_ttl_counts_from_creation_and_removes_finished_tasks(probe: Probe,
 
 
 async def test_expiry_cancels_running_work_and_answers_waiters(probe: Probe, autojump_clock: Any) -> None:
-    async with clients(make_server(probe)) as (runtime, [client]):
+    async with clients(make_server(probe)) as (harness, [client]):
         task = (await client.call_tool_as_task("wait", {"seconds": 3600}, ttl_ms=30_000)).task
         error = await error_of(client.task_result(task.task_id))
         assert trio.current_time() == pytest.approx(30, abs=0.01)
         assert error.code == INVALID_PARAMS and "expired" in error.message
-        await trio.testing.wait_all_tasks_blocked()
+        await harness.settle()
+        assert [e.time for e in harness.trace.of_kind("task.expired")] == pytest.approx([30], abs=0.01)
         assert probe.cancelled == 1 and probe.cleaned_up == 1
-        assert len(runtime.supervisor.store) == 0
+        assert len(harness.runtime.supervisor.store) == 0
 
 
 async def test_other_owners_cannot_see_or_touch_a_task(probe: Probe, autojump_clock: Any) -> None:
-    async with clients(make_server(probe), count=2) as (_, [alice, mallory]):
+    async with clients(make_server(probe), count=2) as (_harness, [alice, mallory]):
         task = (await alice.call_tool_as_task("wait", {"seconds": 50})).task
         for attempt in (mallory.get_task, mallory.task_result, mallory.cancel_task):
             error = await error_of(attempt(task.task_id))
@@ -302,7 +289,7 @@ async def test_other_owners_cannot_see_or_touch_a_task(probe: Probe, autojump_cl
 async def test_list_paginates_in_creation_order_including_terminal_tasks(
     probe: Probe, autojump_clock: Any
 ) -> None:
-    async with clients(make_server(probe, TaskLimits(list_page_size=3))) as (_, [client]):
+    async with clients(make_server(probe, TaskLimits(list_page_size=3))) as (_harness, [client]):
         ids = []
         for i in range(7):
             tool, args = ("echo", {"text": str(i)}) if i % 2 else ("wait", {"seconds": 100})
@@ -323,7 +310,7 @@ async def test_list_paginates_in_creation_order_including_terminal_tasks(
 async def test_list_pages_stay_consistent_when_tasks_expire_between_pages(
     probe: Probe, autojump_clock: Any
 ) -> None:
-    async with clients(make_server(probe, TaskLimits(list_page_size=2))) as (_, [client]):
+    async with clients(make_server(probe, TaskLimits(list_page_size=2))) as (_harness, [client]):
         short = [
             (await client.call_tool_as_task("echo", {"text": "s"}, ttl_ms=1000)).task.task_id
             for _ in range(3)
@@ -345,33 +332,36 @@ async def _pages_from(client: Client, cursor: str | None) -> AsyncIterator[Task]
 
 
 async def test_live_task_limit_per_owner(probe: Probe, autojump_clock: Any) -> None:
-    async with clients(make_server(probe, TaskLimits(max_live_tasks_per_owner=2)), count=2) as (_, [a, b]):
+    async with clients(make_server(probe, TaskLimits(max_live_tasks_per_owner=2)), count=2) as (
+        harness,
+        [a, b],
+    ):
         first = (await a.call_tool_as_task("wait", {"seconds": 10})).task
         await a.call_tool_as_task("wait", {"seconds": 100})
         error = await error_of(a.call_tool_as_task("echo", {"text": "x"}))
         assert error.code == TASK_LIMIT_REACHED and "2" in error.message
         await b.call_tool_as_task("echo", {"text": "other owners have their own budget"})
         await a.cancel_task(first.task_id)
-        await trio.testing.wait_all_tasks_blocked()
+        await harness.settle()
         assert (await a.call_tool_as_task("echo", {"text": "room again"})).task.status == TaskStatus.WORKING
 
 
 async def test_status_notifications_follow_every_transition(probe: Probe, autojump_clock: Any) -> None:
-    async with clients(make_server(probe)) as (_, [client]):
+    async with clients(make_server(probe)) as (harness, [client]):
         seen: list[Task] = []
         client.status_callbacks.append(seen.append)
         done = (await client.call_tool_as_task("wait", {"seconds": 2})).task
         stopped = (await client.call_tool_as_task("wait", {"seconds": 100})).task
         await trio.sleep(5)
         await client.cancel_task(stopped.task_id)
-        await trio.testing.wait_all_tasks_blocked()
+        await harness.settle()
         final = {t.task_id: t.status for t in seen if t.status.is_terminal}
         assert final == {done.task_id: TaskStatus.COMPLETED, stopped.task_id: TaskStatus.CANCELLED}
         assert all(t.task_id in (done.task_id, stopped.task_id) for t in seen)
 
 
 async def test_progress_follows_the_task_and_stops_at_the_end(probe: Probe, autojump_clock: Any) -> None:
-    async with clients(make_server(probe)) as (_, [client]):
+    async with clients(make_server(probe)) as (_harness, [client]):
         updates: list[ProgressParams] = []
         task = (await client.call_tool_as_task("wait", {"seconds": 4}, on_progress=updates.append)).task
         await client.task_result(task.task_id)
@@ -382,22 +372,21 @@ async def test_progress_follows_the_task_and_stops_at_the_end(probe: Probe, auto
 
 
 async def test_closing_the_connection_cancels_its_tasks(probe: Probe, autojump_clock: Any) -> None:
-    server = make_server(probe)
-    async with server.open(wall_clock=pinned_wall_clock) as runtime, trio.open_nursery() as nursery:
-        client_side, server_side = memory_transport_pair()
-        nursery.start_soon(runtime.serve, server_side)
-        async with connect(client_side) as client:
-            await client.call_tool_as_task("wait", {"seconds": 3600})
-            await client.call_tool_as_task("wait", {"seconds": 3600})
+    async with clients(make_server(probe)) as (harness, _):
+        async with harness.connect() as leaving:
+            await leaving.call_tool_as_task("wait", {"seconds": 3600})
+            await leaving.call_tool_as_task("wait", {"seconds": 3600})
             await trio.sleep(1)
-        await trio.testing.wait_all_tasks_blocked()
+        await harness.settle()
         assert probe.cancelled == 2 and probe.cleaned_up == 2
-        assert len(runtime.supervisor.store) == 0
-        nursery.cancel_scope.cancel()
+        assert len(harness.runtime.supervisor.store) == 0
+        for task in ("task-1", "task-2"):  # removed with their owner, never completed
+            harness.trace.assert_statuses(task, "working")
+        assert [e.kind for e in harness.trace.of_kind("task.removed")] == ["task.removed"] * 2
 
 
 async def test_poll_helper_honours_poll_interval(probe: Probe, autojump_clock: Any) -> None:
-    async with clients(make_server(probe, TaskLimits(poll_interval_ms=2000))) as (_, [client]):
+    async with clients(make_server(probe, TaskLimits(poll_interval_ms=2000))) as (_harness, [client]):
         task = (await client.call_tool_as_task("wait", {"seconds": 9})).task
         polls: list[float] = []
         final = await client.poll_task(task.task_id, on_status=lambda t: polls.append(trio.current_time()))
@@ -408,16 +397,11 @@ async def test_poll_helper_honours_poll_interval(probe: Probe, autojump_clock: A
 async def test_client_never_task_augments_for_a_server_without_task_support(
     probe: Probe, autojump_clock: Any
 ) -> None:
-    server = make_server(probe)
-    async with server.open() as runtime, trio.open_nursery() as nursery:
-        client_side, server_side = memory_transport_pair()
-        nursery.start_soon(runtime.serve, server_side)
-        async with connect(client_side, initialize=False) as client:
-            await client.initialize(protocol_version="2025-06-18")  # no tasks in that version
-            assert "tasks" not in client.server.capabilities  # type: ignore[union-attr]
-            with pytest.raises(McpError) as info:
-                await client.call_tool_as_task("echo", {"text": "x"})
-            assert info.value.code == -32600
-            assert len(runtime.supervisor.store) == 0  # nothing was sent
-            assert (await client.call_tool("echo", {"text": "plain"})).text == "plain"
-        nursery.cancel_scope.cancel()
+    async with clients(make_server(probe)) as (harness, _), harness.connect(initialize=False) as client:
+        await client.initialize(protocol_version="2025-06-18")  # no tasks in that version
+        assert "tasks" not in client.server.capabilities  # type: ignore[union-attr]
+        with pytest.raises(McpError) as info:
+            await client.call_tool_as_task("echo", {"text": "x"})
+        assert info.value.code == -32600
+        assert len(harness.runtime.supervisor.store) == 0  # nothing was sent
+        assert (await client.call_tool("echo", {"text": "plain"})).text == "plain"

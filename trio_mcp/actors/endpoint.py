@@ -24,6 +24,8 @@ from .trace import Tracer, no_trace
 log = logging.getLogger("trio_mcp")
 
 DEFAULT_OUTBOUND_SIZE = 1024
+MAX_BATCH = 256
+"""Most messages the writer takes from the queue for one write."""
 
 NO_RESPONSE: dict[str, Any] = {}
 """Returned by a handler that already sent its response itself."""
@@ -58,9 +60,14 @@ class Endpoint:
 
     # -- outgoing -------------------------------------------------------------------------
     async def send(self, data: bytes) -> None:
-        """Queue one encoded message, waiting for room."""
+        """Queue one encoded message, waiting only if the queue is full."""
         try:
-            await self._out_send.send(data)
+            self._out_send.send_nowait(data)  # no scheduler round trip when there is room
+        except trio.WouldBlock:
+            try:
+                await self._out_send.send(data)
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                raise ConnectionClosed from None
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise ConnectionClosed from None
 
@@ -105,12 +112,26 @@ class Endpoint:
 
     # -- the two loops --------------------------------------------------------------------
     async def _write_loop(self) -> None:
+        # Whatever queued up while we were writing goes out in one write, where the transport
+        # can (a burst of answers to pipelined requests costs one system call, not one each).
+        send_many = getattr(self.transport, "send_many", None)
         async with self._out_recv:
             async for data in self._out_recv:
+                batch = [data]
+                while len(batch) < MAX_BATCH:
+                    try:
+                        batch.append(self._out_recv.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
                 if self._tracer is not None:
-                    self._tracer("message.out", {"connection": self.name, "data": data})
+                    for item in batch:
+                        self._tracer("message.out", {"connection": self.name, "data": item})
                 try:
-                    await self.transport.send(data)
+                    if send_many is not None and len(batch) > 1:
+                        await send_many(batch)
+                    else:
+                        for item in batch:
+                            await self.transport.send(item)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     return
 

@@ -35,7 +35,8 @@ class TaskReceiver:
             self.supervisor, lambda reply: CreateTask(self.owner, work, ttl_ms, self._changed, reply)
         )
         await self.endpoint.respond(request.id, unstructure(CreateTaskResult(task=actor.task, meta=meta)))
-        actor.tell(Start())
+        # A system message: it must not be refused once the client holds the task id.
+        self.supervisor.mailbox.put(Route(self.owner, actor.task_id, Start()), system=True)
         return actor
 
     def _changed(self, task: Task) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import logging
 import math
 import secrets
 import time
@@ -28,9 +29,9 @@ import trio
 from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, TASK_LIMIT_REACHED, McpError
 from ..protocol.messages import Task
 from ..protocol.tasks import TaskStatus, format_timestamp
-from .runtime import Actor, MailboxClosed, MailboxFull, Reply, supervised
+from .runtime import Actor, Reply, supervised
 from .store import InvalidCursor, MemoryTaskStore, TaskEntry, TaskStore
-from .task_actor import EXPIRED, AwaitResult, Cancel, Poll, Stop, TaskActor, TaskOutcome, Work
+from .task_actor import EXPIRED, AwaitResult, Cancel, Poll, Start, Stop, TaskActor, TaskOutcome, Work
 from .trace import Tracer, no_trace
 
 
@@ -67,11 +68,11 @@ class CreateTask:
 
 @attrs.frozen
 class Route:
-    """Deliver a Poll / AwaitResult / Cancel to the owner's task, or fail it with -32602."""
+    """Deliver Start / Poll / AwaitResult / Cancel to the owner's task, or fail it with -32602."""
 
     owner: object
     task_id: str
-    message: Poll | AwaitResult | Cancel
+    message: Start | Poll | AwaitResult | Cancel
 
 
 @attrs.frozen
@@ -101,6 +102,8 @@ class _Crashed:
 
 SupervisorMessage = CreateTask | Route | ListTasks | OwnerGone | _Ended | _Crashed
 
+log = logging.getLogger("trio_mcp.actors")
+
 NOT_FOUND = McpError(INVALID_PARAMS, "Failed to retrieve task: Task not found")
 GONE = McpError(INVALID_PARAMS, "Failed to retrieve task: Task is gone (its owner disconnected)")
 
@@ -126,6 +129,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self._live: dict[object, set[str]] = {}
         self._timer = trio.CancelScope()
         self._nursery: trio.Nursery | None = None
+        self._pending_after_crash: list[tuple[TaskActor, Poll | AwaitResult | Cancel]] = []
 
     def now_iso(self) -> str:
         return format_timestamp(self._wall_clock())
@@ -186,7 +190,9 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             on_terminal=self._on_terminal,
             tracer=self.tracer,
         )
-        self.tracer("task.created", {"task_id": task.task_id, "status": task.status.value, "ttl": ttl})
+        if self.tracer is not no_trace:
+            self.tracer("task.created", {"task_id": task.task_id, "status": task.status.value, "ttl": ttl})
+            self.tracer("actor.start", {"actor": "TaskActor", "name": task.task_id})
         self._seq += 1
         deadline = trio.current_time() + ttl / 1000
         self.store.add(TaskEntry(actor, message.owner, self._seq, deadline))
@@ -194,28 +200,32 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         heapq.heappush(self._deadlines, (deadline, self._seq, task.task_id))
         if deadline < self._timer.deadline:
             self._timer.deadline = deadline
-        self._nursery.start_soon(self._run_actor, actor)
         message.reply.send(actor)
 
-    async def _run_actor(self, actor: TaskActor) -> None:
-        fields = {"actor": "TaskActor", "name": actor.task_id}
-        self.tracer("actor.start", fields)
-        try:
-            await supervised(actor.run, functools.partial(self._on_crash, actor), f"task {actor.task_id}")
-        finally:
-            self.tracer("actor.stop", fields)
+    async def _run_work(self, actor: TaskActor) -> None:
+        await supervised(actor.run_work, functools.partial(self._on_crash, actor), f"task {actor.task_id}")
 
     def _route(self, message: Route) -> None:
         entry = self.store.get(message.task_id)
         if entry is None or entry.owner != message.owner:
-            message.message.reply.fail(NOT_FOUND)  # foreign tasks look exactly like missing ones
+            if not isinstance(message.message, Start):
+                message.message.reply.fail(NOT_FOUND)  # foreign tasks look exactly like missing ones
             return
+        if isinstance(message.message, Start):
+            assert self._nursery is not None
+            self._nursery.start_soon(self._run_work, entry.actor)
+        else:
+            self._deliver(entry.actor, message.message)
+
+    def _deliver(self, actor: TaskActor, message: Poll | AwaitResult | Cancel | Stop) -> None:
+        """Run the actor's handler to completion here; a handler that raises has crashed."""
         try:
-            entry.actor.tell(message.message)
-        except MailboxClosed:
-            entry.actor.answer_final(message.message)  # crashed actor: its final state answers
-        except MailboxFull:
-            message.message.reply.fail(McpError(INTERNAL_ERROR, "Task is overloaded; retry later"))
+            actor.receive(message)
+        except Exception as exc:
+            log.error("task actor %s crashed: %r", actor.task_id, exc, exc_info=exc)
+            self._on_crash(actor, exc)
+            if not isinstance(message, Stop) and not message.reply.answered:
+                self._pending_after_crash.append((actor, message))
 
     def _list(self, message: ListTasks) -> None:
         try:
@@ -229,10 +239,11 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         entry = self.store.remove(task_id)
         if entry is None:
             return
-        self.tracer("task.expired" if error is EXPIRED else "task.removed", {"task_id": task_id})
+        if self.tracer is not no_trace:
+            self.tracer("task.expired" if error is EXPIRED else "task.removed", {"task_id": task_id})
+            self.tracer("actor.stop", {"actor": "TaskActor", "name": task_id})
         self._forget_live(entry.owner, task_id)
-        if not entry.actor.mailbox.closed:
-            entry.actor.mailbox.put(Stop(error), system=True)
+        self._deliver(entry.actor, Stop(error))
 
     def _forget_live(self, owner: object, task_id: str) -> None:
         live = self._live.get(owner)
@@ -249,7 +260,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self.mailbox.put(_Crashed(actor, error), system=True)
 
     def _crashed(self, actor: TaskActor, error: BaseException) -> None:
-        # The actor is dead, so its state is ours now: settle it as failed, keeping the error.
+        # The actor is broken, so its state is ours now: settle it as failed, keeping the error.
         failure = McpError(INTERNAL_ERROR, f"Internal error: task actor crashed: {error!r}")
         if actor.outcome is None:
             actor.outcome = TaskOutcome.from_error(failure)
@@ -260,7 +271,11 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 status_message=failure.message,
                 last_updated_at=self.now_iso(),
             )
-        actor.abandon(failure)
+        actor.abort(failure)  # it stays in the table: later questions get its final state
+        for crashed, message in self._pending_after_crash:
+            if crashed is actor:
+                message.reply.fail(failure)
+        self._pending_after_crash = [p for p in self._pending_after_crash if p[0] is not actor]
         self._forget_live(actor.owner, actor.task_id)
 
     # -- TTL ------------------------------------------------------------------------------

@@ -8,8 +8,11 @@ Guarantees:
   error when it expires or the server stops;
 - ``created_at`` / ``last_updated_at`` are stamped when those events happen, never at query time.
 
-The actor's mailbox loop and its work are two Trio tasks in the actor's own nursery; Trio's
-single thread makes each handler atomic, so they share the actor's state safely.
+A run-to-completion actor: its state changes only inside its own handlers, and no handler
+ever waits, so its supervisor delivers each message by running :meth:`TaskActor.receive` to
+completion in the supervisor's own Trio task (Trio's single thread makes that atomic). A
+task therefore costs one Trio task only while its work runs (in its own cancel scope, spawned
+by the supervisor); a finished task is plain data until its TTL ends.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import trio
 from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, TASK_CANCELLED, McpError
 from ..protocol.messages import Task
 from ..protocol.tasks import TaskStatus, check_transition
-from .runtime import Actor, MailboxClosed, Reply
+from .runtime import Reply
 from .trace import Tracer, no_trace
 
 
@@ -83,8 +86,23 @@ EXPIRED = McpError(INVALID_PARAMS, "Failed to retrieve task: Task has expired")
 CANCELLED = McpError(TASK_CANCELLED, "Task was cancelled: the request has no result")
 
 
-class TaskActor(Actor[TaskMessage]):
-    """One MCP task. Created by the :class:`~trio_mcp.actors.supervisor.TaskSupervisor`."""
+class TaskActor:
+    """One MCP task. Created, fed and stopped by the :class:`~trio_mcp.actors.supervisor.TaskSupervisor`."""
+
+    __slots__ = (
+        "_clock",
+        "_input_waits",
+        "_on_change",
+        "_on_terminal",
+        "_scope",
+        "_stopped",
+        "_tracer",
+        "_waiters",
+        "_work",
+        "outcome",
+        "owner",
+        "task",
+    )
 
     def __init__(
         self,
@@ -97,8 +115,7 @@ class TaskActor(Actor[TaskMessage]):
         on_terminal: Callable[[TaskActor], None],
         tracer: Tracer = no_trace,
     ) -> None:
-        super().__init__(mailbox_size=256)
-        self._tracer = tracer
+        self._tracer = tracer if tracer is not no_trace else None
         self.task = task
         self.owner = owner
         self.outcome: TaskOutcome | None = None
@@ -109,6 +126,7 @@ class TaskActor(Actor[TaskMessage]):
         self._waiters: list[Reply[TaskOutcome]] = []
         self._scope = trio.CancelScope()
         self._input_waits = 0
+        self._stopped: McpError | None = None
 
     @property
     def task_id(self) -> str:
@@ -122,9 +140,10 @@ class TaskActor(Actor[TaskMessage]):
     def _transition(self, status: TaskStatus, message: str | None) -> None:
         old = self.task.status
         check_transition(old, status)
-        self._tracer(
-            "task.transition", {"task_id": self.task.task_id, "old": old.value, "status": status.value}
-        )
+        if self._tracer is not None:
+            self._tracer(
+                "task.transition", {"task_id": self.task.task_id, "old": old.value, "status": status.value}
+            )
         self.task = attrs.evolve(
             self.task, status=status, status_message=message, last_updated_at=self._clock()
         )
@@ -169,25 +188,9 @@ class TaskActor(Actor[TaskMessage]):
         else:
             waiter.send(self.outcome)
 
-    # -- the two Trio tasks ---------------------------------------------------------------
-    async def run(self) -> None:
-        async with trio.open_nursery() as nursery:
-            try:
-                while True:
-                    message = await self.mailbox.get()
-                    if isinstance(message, Start):
-                        nursery.start_soon(self._run_work)
-                    elif isinstance(message, Stop):
-                        self._stop(message.error)
-                        break
-                    else:
-                        self._handle(message)
-            except MailboxClosed:
-                pass
-            finally:
-                self._scope.cancel()
-
-    async def _run_work(self) -> None:
+    # -- the work: a Trio task the supervisor spawns on Start -------------------------------
+    async def run_work(self) -> None:
+        """Run the work in the task's cancel scope and settle the task with its outcome."""
         outcome: TaskOutcome | None = None
         with self._scope:
             try:
@@ -196,13 +199,17 @@ class TaskActor(Actor[TaskMessage]):
                 outcome = TaskOutcome.from_error(exc)
             except Exception as exc:
                 outcome = TaskOutcome.from_error(McpError(INTERNAL_ERROR, f"Internal error: {exc}"))
-        if outcome is not None and not self.task.status.is_terminal:
+        if outcome is not None and not self.task.status.is_terminal and self._stopped is None:
             status = TaskStatus.FAILED if outcome.failed else TaskStatus.COMPLETED
             self._finish(status, outcome, outcome.message)
 
-    # -- message handlers (synchronous: each is atomic) ----------------------------------
-    def _handle(self, message: TaskMessage) -> None:
-        if isinstance(message, Poll):
+    # -- messages (synchronous: each runs to completion) ------------------------------------
+    def receive(self, message: Poll | AwaitResult | Cancel | Stop) -> None:
+        """Handle one message. Never waits; answers go to the message's reply slot."""
+        if self._stopped is not None:
+            if not isinstance(message, Stop):
+                message.reply.fail(self._stopped)
+        elif isinstance(message, Poll):
             message.reply.send(self.task)
         elif isinstance(message, AwaitResult):
             if self.outcome is not None:
@@ -221,25 +228,17 @@ class TaskActor(Actor[TaskMessage]):
             self._scope.cancel()
             self._finish(TaskStatus.CANCELLED, TaskOutcome.from_error(CANCELLED), message.reason)
             message.reply.send(self.task)
+        elif isinstance(message, Stop):
+            self.stop(message.error)
 
-    def answer_final(self, message: Poll | AwaitResult | Cancel) -> None:
-        """Handle ``message`` synchronously from the actor's current state: for an actor that
-        is no longer running (it crashed), and for test harnesses delivering a message between
-        two Trio steps (:mod:`trio_mcp.testing` cancels exactly at a checkpoint this way)."""
-        self._handle(message)
-
-    def _stop(self, error: McpError) -> None:
+    def abort(self, error: McpError) -> None:
+        """Cancel the work if it still runs and fail every waiter with ``error``."""
         self._scope.cancel()
-        self.abandon(error)
-
-    def abandon(self, error: McpError) -> None:
-        """Close the mailbox and fail every waiter and unread message with ``error``.
-
-        Called on Stop, and by the supervisor when the actor itself crashed.
-        """
-        for message in self.mailbox.close():
-            if isinstance(message, (Poll, AwaitResult, Cancel)):
-                message.reply.fail(error)
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             waiter.fail(error)
+
+    def stop(self, error: McpError) -> None:
+        """Stop for good (the task is being removed): abort, and answer ``error`` from now on."""
+        self._stopped = error
+        self.abort(error)

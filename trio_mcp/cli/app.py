@@ -23,6 +23,7 @@ from ..actors.server import Server
 from ..protocol.errors import TASK_CANCELLED, McpError
 from ..protocol.messages import CallToolResult, Task, Tool
 from ..protocol.tasks import TaskStatus
+from .elicit import TerminalElicitor
 from .errors import CliError, ExitCode, usage_error
 from .follow import TaskFollower
 from .parsing import (
@@ -35,6 +36,7 @@ from .parsing import (
     suggest,
 )
 from .render import (
+    LiveDisplays,
     dump_json,
     print_error,
     print_result,
@@ -428,6 +430,11 @@ def call(
     are shown on stderr until it ends, then the result is printed. Ctrl-C sends tasks/cancel,
     reports the final status and exits 130.
 
+    When the tool asks the user something (elicitation), the question is asked on stderr and
+    answered on stdin, one line per field: Enter takes the default or skips an optional
+    field, Ctrl-D declines the request, Ctrl-C cancels it (the call or task goes on). Piped
+    stdin answers line by line the same way; at its end the request is declined.
+
     \b
     Examples:
       trio-mcp call "python examples/demo_server.py" echo text="hello world"
@@ -435,12 +442,24 @@ def call(
       trio-mcp call "python examples/demo_server.py" sleep seconds=5 --task --ttl 5m
       trio-mcp call ws://127.0.0.1:8765 batch_job --json '{"seconds": 60}' --task --detach --token s3cret
       trio-mcp call "python examples/demo_server.py" sleep seconds=1 --task -o json
+      trio-mcp call "python examples/demo_server.py" ask question="Your name?" --task
+      echo Ada | trio-mcp call "python examples/demo_server.py" ask question="Your name?"
     """
     if not as_task and (ttl is not None or detach):
         raise click.UsageError("--ttl and --detach only apply with --task")
 
     async def body(interrupts: Interrupts) -> int:
-        async with open_target(target, token=token, connect_timeout=timeout / 1000) as client:
+        displays = LiveDisplays()
+        # Questions (elicitation) are asked at the terminal, on stderr; not with --detach: then
+        # nobody would be there to answer, and the server is told so (capability not declared).
+        elicitor = (
+            None
+            if detach
+            else TerminalElicitor(stderr_console(), displays=displays, interrupts=interrupts, ready=False)
+        )
+        async with open_target(
+            target, token=token, connect_timeout=timeout / 1000, on_elicit=elicitor
+        ) as client:
             tool = _find_tool(await client.list_tools(), tool_name)
             arguments = parse_tool_arguments(tool, pairs, json_args)
             support = tool.task_support
@@ -453,19 +472,32 @@ def call(
                     f"tool {tool.name!r} only runs as a task (taskSupport: required)", hint="add --task"
                 )
             if not as_task:
-                return await _plain_call(client, tool.name, arguments, output)
-            return await _task_call(client, tool.name, arguments, ttl, detach, output, interrupts)
+                return await _plain_call(client, tool.name, arguments, output, displays, elicitor)
+            return await _task_call(
+                client, tool.name, arguments, ttl, detach, output, interrupts, displays, elicitor
+            )
 
     _execute(body)
 
 
-async def _plain_call(client: Client, name: str, arguments: dict[str, Any], output: str) -> int:
+async def _plain_call(
+    client: Client,
+    name: str,
+    arguments: dict[str, Any],
+    output: str,
+    displays: LiveDisplays,
+    elicitor: TerminalElicitor | None,
+) -> int:
     err = stderr_console()
+    if elicitor is not None:
+        elicitor.open()
     if output == "text" and err.is_terminal:
-        with err.status(f"calling {escape(name)}…"):
+        with displays.live(err.status(f"calling {escape(name)}…")):
             result = await client.call_tool(name, arguments)
     else:
         result = await client.call_tool(name, arguments)
+    if elicitor is not None:
+        await elicitor.withdraw()
     if output == "json":
         dump_json(wire(result))
     else:
@@ -516,6 +548,8 @@ async def _task_call(
     detach: bool,
     output: str,
     interrupts: Interrupts,
+    displays: LiveDisplays,
+    elicitor: TerminalElicitor | None,
 ) -> int:
     err = stderr_console()
     follower = TaskFollower(
@@ -524,6 +558,7 @@ async def _task_call(
         err=err,
         display="none" if output == "json" or detach else "auto",
         interrupts=interrupts,
+        displays=displays,
     )
     created = await follower.create(name, arguments, ttl_ms=ttl)
     if detach and not follower.cancel_requested:
@@ -548,7 +583,11 @@ async def _task_call(
                 f"{format_duration_ms(created.poll_interval)}). Ctrl-C cancels it.",
             )
         )
+    if elicitor is not None:
+        elicitor.open()  # questions that came with the task are asked after the line above
     final = await follower.follow()
+    if elicitor is not None:
+        await elicitor.withdraw()
     if follower.cancel_requested:
         if output == "json":
             dump_json({"task": wire(final), "result": None, "error": None})

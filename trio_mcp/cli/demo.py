@@ -47,7 +47,7 @@ def _error(out: Console, label: str, exc: McpError) -> None:
 
 
 async def _answer(request: ElicitRequestParams) -> ElicitResult:
-    """The demo answers the server's question itself (a real CLI would ask at the terminal)."""
+    """The demo answers the server's question itself (`trio-mcp call` asks at the terminal)."""
     return ElicitResult(action="accept", content={"answer": "trio"})
 
 

@@ -8,6 +8,9 @@ progress bar; on a pipe it is one line per status change; with ``display="none"`
 
 Ctrl-C while following (or while the task is being created) sends ``tasks/cancel`` and
 reports the final status; a second Ctrl-C stops without waiting.
+
+The display pauses while a question is asked at the terminal (see ``LiveDisplays``): its last
+frame stays above the prompt, and it goes on below once the question is answered.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from ..actors.client import Client
 from ..protocol.errors import McpError
 from ..protocol.messages import ProgressParams, Task
 from ..protocol.tasks import TaskStatus
-from .render import STATUS_STYLES, status_text
+from .render import STATUS_STYLES, LiveDisplays, status_text
 from .runner import Interrupts
 
 __all__ = ["CANCEL_TIMEOUT", "Display", "TaskFollower"]
@@ -76,8 +79,10 @@ class TaskFollower:
         err: Console,
         display: Display = "auto",
         interrupts: Interrupts | None = None,
+        displays: LiveDisplays | None = None,
     ) -> None:
         self.client = client
+        self.displays = displays if displays is not None else LiveDisplays()
         self.label = label
         self.err = err
         if display == "auto":
@@ -114,8 +119,8 @@ class TaskFollower:
         self.task = task
         if task.status.is_terminal:
             self._terminal.set()
-        if self.display == "lines":
-            self._print_line()
+        if self.display == "lines" and not self.displays.paused:
+            self._print_line()  # (while a question is open, the next poll after it prints it)
 
     def request_cancel(self) -> None:
         """Ask for the task to be cancelled (now, or as soon as it has been created)."""
@@ -159,16 +164,23 @@ class TaskFollower:
             self._update(early)
         try:
             if self.display == "live":
-                with self._progress() as progress:
-                    row = progress.add_task(escape(self.label), total=None, status="", state="working")
-                    await self._run(cancel_after, lambda: self._render(progress, row))
-                    if self.cancel_requested:
-                        await self._cancel(lambda: self._render(progress, row))
+                progress = self._progress()
+                row = progress.add_task(escape(self.label), total=None, status="", state="working")
+
+                def render() -> None:
                     self._render(progress, row)
+
+                with self.displays.live(progress, before_pause=render):
+                    await self._run(cancel_after, render)
+                    if self.cancel_requested:
+                        await self._cancel(render)
+                    render()
             else:
                 await self._run(cancel_after, None)
                 if self.cancel_requested:
                     await self._cancel(None)
+                if self.display == "lines":
+                    self._print_line()
         finally:
             self.detach()
         return self.task
@@ -262,7 +274,8 @@ class TaskFollower:
         progress.update(row, total=total, completed=completed, status=self._describe(), state=status.value)
         if status.is_terminal:
             progress.stop_task(row)
-        progress.refresh()
+        if not self.displays.paused:
+            progress.refresh()
 
     def _print_line(self) -> None:
         assert self.task is not None

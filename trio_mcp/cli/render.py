@@ -7,11 +7,12 @@ piped; everything about the process (progress, status lines, errors) goes to **s
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import sys
-from collections.abc import Iterable
-from typing import Any, TextIO
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol, TextIO, TypeVar
 
 from rich.console import Console
 from rich.table import Table
@@ -48,6 +49,64 @@ def stdout_console() -> Console:
 def stderr_console() -> Console:
     # soft_wrap: messages are not broken at the console width (logs and pipes keep whole lines).
     return Console(file=sys.stderr, highlight=False, soft_wrap=True)
+
+
+class LiveDisplay(Protocol):
+    """A rich live display: :class:`rich.progress.Progress` or :class:`rich.status.Status`."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+D = TypeVar("D", bound=LiveDisplay)
+
+
+class LiveDisplays:
+    """The live displays (progress bar, spinner) on the terminal, so that a prompt can pause
+    them: a rich ``Live`` redraws its lines over whatever the user is typing.
+
+    Show a display with ``with displays.live(progress):`` instead of ``with progress:``; a
+    prompt runs inside ``with displays.pause():``. A display shown during a pause starts when
+    the pause ends. Code that refreshes a display itself checks :attr:`paused` first.
+    """
+
+    def __init__(self) -> None:
+        self.paused = False
+        self._shown: list[tuple[LiveDisplay, Callable[[], None] | None]] = []
+
+    @contextlib.contextmanager
+    def live(self, display: D, *, before_pause: Callable[[], None] | None = None) -> Iterator[D]:
+        """Show ``display`` for the duration; ``before_pause`` brings it up to date before a
+        pause freezes it (its last frame stays above the prompt)."""
+        entry = (display, before_pause)
+        if not self.paused:
+            display.start()
+        self._shown.append(entry)
+        try:
+            yield display
+        finally:
+            self._shown.remove(entry)
+            display.stop()  # a no-op if it is paused
+
+    @contextlib.contextmanager
+    def pause(self) -> Iterator[None]:
+        """Stop every live display for the duration (nested pauses are one pause)."""
+        if self.paused:
+            yield
+            return
+        for _, before_pause in self._shown:
+            if before_pause is not None:
+                before_pause()
+        self.paused = True
+        for display, _ in self._shown:
+            display.stop()
+        try:
+            yield
+        finally:
+            self.paused = False
+            for display, _ in self._shown:
+                display.start()
 
 
 def print_error(console: Console, error: CliError) -> None:

@@ -31,10 +31,14 @@ class Interrupts:
     By default a signal cancels the whole command. While ``handler`` is set (e.g. while a task
     is being followed), the *first* signal calls it instead so the command can clean up (send
     ``tasks/cancel``); any further signal cancels the command at once.
+
+    While ``prompt`` is set (a question is being asked at the terminal), SIGINT calls it
+    instead and is not counted: Ctrl-C dismisses the question, not the command or its task.
     """
 
     scope: trio.CancelScope
     handler: Callable[[], None] | None = None
+    prompt: Callable[[], None] | None = None
     received: list[int] = attrs.Factory(list)
 
     @property
@@ -51,6 +55,10 @@ class Interrupts:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             task_status.started()
             async for signum in signals:
+                if signum == signal.SIGINT and self.prompt is not None:
+                    prompt, self.prompt = self.prompt, None
+                    prompt()
+                    continue
                 self.received.append(signum)
                 handler, self.handler = self.handler, None
                 if handler is not None and len(self.received) == 1:

@@ -229,7 +229,7 @@ async def _explore_once(spec: _Spec, k: int | None) -> ExplorationRun:
                         return
                     reply: Reply[Task] = Reply()
                     replies.append(reply)
-                    actor.answer_final(Cancel(reply))  # what its mailbox loop does with a Cancel
+                    actor.receive(Cancel(reply))  # what its supervisor does with a routed Cancel
                 elif spec.via == "request":
                     cancel_now.set()
                 else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
@@ -33,3 +34,9 @@ class Transport(Protocol):
     async def receive(self) -> bytes: ...
 
     async def aclose(self) -> None: ...
+
+
+class BatchTransport(Transport, Protocol):
+    """A transport that can also write several messages at once (one system call for stdio)."""
+
+    async def send_many(self, messages: Sequence[bytes]) -> None: ...

@@ -131,7 +131,15 @@ class StreamTransport(trio.abc.AsyncResource):
         """
         if _NEWLINE in message:
             raise ValueError("a stdio message must not contain a newline")
-        frame = message + _NEWLINE
+        await self._write(message + _NEWLINE)
+
+    async def send_many(self, messages: Sequence[bytes]) -> None:
+        """Send several messages with one write: same framing and errors as :meth:`send`."""
+        if any(_NEWLINE in message for message in messages):
+            raise ValueError("a stdio message must not contain a newline")
+        await self._write(_NEWLINE.join(messages) + _NEWLINE)
+
+    async def _write(self, frame: bytes) -> None:
         async with self._send_lock:
             if self._closed:
                 raise trio.ClosedResourceError("transport was closed")
