@@ -71,6 +71,23 @@ class Endpoint:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise ConnectionClosed from None
 
+    def post(self, data: bytes) -> None:
+        """Queue a response from synchronous code: at once if there is room, else from a task
+        that waits for room (so it is never lost while the connection lives)."""
+        try:
+            self._out_send.send_nowait(data)
+        except trio.WouldBlock:
+            if self.nursery is not None:
+                self.nursery.start_soon(self._send_quietly, data)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # the connection is gone: nobody to answer
+
+    async def _send_quietly(self, data: bytes) -> None:
+        try:
+            await self.send(data)
+        except ConnectionClosed:
+            pass
+
     def notify(self, method: str, params: dict[str, Any] | None = None) -> bool:
         """Send a notification if the outbound queue has room; False if it was dropped."""
         try:

@@ -7,15 +7,37 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+import attrs
 
 from ..protocol import jsonrpc
 from ..protocol.converter import structure, unstructure
 from ..protocol.messages import RELATED_TASK_KEY, CreateTaskResult, PaginatedParams, Task, TaskIdParams
 from .endpoint import Endpoint
-from .runtime import ask
+from .runtime import Reply, ask
 from .supervisor import CreateTask, ListTasks, Route, TaskSupervisor
 from .task_actor import AwaitResult, Cancel, Poll, Start, TaskActor, TaskOutcome, Work
+
+
+@attrs.frozen
+class Started:
+    """A query on its way: the reply slot, and how to render its answer as a JSON-RPC result."""
+
+    reply: Reply[Any]
+    render: Callable[[Any], dict[str, Any]]
+
+    async def wait(self) -> dict[str, Any]:
+        return self.render(await self.reply.wait())
+
+
+def _render_page(page: tuple[list[Task], str | None]) -> dict[str, Any]:
+    tasks, next_cursor = page
+    result: dict[str, Any] = {"tasks": [unstructure(t) for t in tasks]}
+    if next_cursor is not None:
+        result["nextCursor"] = next_cursor
+    return result
 
 
 class TaskReceiver:
@@ -43,28 +65,35 @@ class TaskReceiver:
         if not self.endpoint.closed:
             self.endpoint.notify("notifications/tasks/status", unstructure(task))
 
-    async def get(self, request: jsonrpc.Request) -> dict[str, Any]:
+    # Each query comes in two forms: ``start_*`` sends the message and returns at once with
+    # the reply slot and how to render its answer (a session answers from the continuation,
+    # without waiting); the ``async`` form waits for the answer.
+    def start_get(self, request: jsonrpc.Request) -> Started:
         task_id = structure(request.params, TaskIdParams).task_id
-        task: Task = await ask(self.supervisor, lambda reply: Route(self.owner, task_id, Poll(reply)))
-        data: dict[str, Any] = unstructure(task)
-        return data
+        reply: Reply[Task] = Reply()
+        self.supervisor.tell(Route(self.owner, task_id, Poll(reply)))
+        return Started(reply, unstructure)
+
+    def start_cancel(self, request: jsonrpc.Request) -> Started:
+        task_id = structure(request.params, TaskIdParams).task_id
+        reply: Reply[Task] = Reply()
+        self.supervisor.tell(Route(self.owner, task_id, Cancel(reply)))
+        return Started(reply, unstructure)
+
+    def start_list(self, request: jsonrpc.Request) -> Started:
+        cursor = structure(request.params, PaginatedParams).cursor
+        reply: Reply[tuple[list[Task], str | None]] = Reply()
+        self.supervisor.tell(ListTasks(self.owner, cursor, reply))
+        return Started(reply, _render_page)
+
+    async def get(self, request: jsonrpc.Request) -> dict[str, Any]:
+        return await self.start_get(request).wait()
 
     async def cancel(self, request: jsonrpc.Request) -> dict[str, Any]:
-        task_id = structure(request.params, TaskIdParams).task_id
-        task: Task = await ask(self.supervisor, lambda reply: Route(self.owner, task_id, Cancel(reply)))
-        data: dict[str, Any] = unstructure(task)
-        return data
+        return await self.start_cancel(request).wait()
 
     async def list(self, request: jsonrpc.Request) -> dict[str, Any]:
-        cursor = structure(request.params, PaginatedParams).cursor
-        page: tuple[list[Task], str | None] = await ask(
-            self.supervisor, lambda reply: ListTasks(self.owner, cursor, reply)
-        )
-        tasks, next_cursor = page
-        result: dict[str, Any] = {"tasks": [unstructure(t) for t in tasks]}
-        if next_cursor is not None:
-            result["nextCursor"] = next_cursor
-        return result
+        return await self.start_list(request).wait()
 
     async def result(self, request: jsonrpc.Request) -> dict[str, Any]:
         """Wait for the end; return what the request would have (or raise its McpError)."""

@@ -24,6 +24,7 @@ T = TypeVar("T")
 log = logging.getLogger("trio_mcp.actors")
 
 DEFAULT_MAILBOX_SIZE = 1024
+YIELD_EVERY = 64
 
 
 class MailboxFull(Exception):
@@ -41,13 +42,14 @@ class Mailbox(Generic[M]):
     matters when every live MCP task owns one.
     """
 
-    __slots__ = ("_capacity", "_closed", "_queue", "_reader")
+    __slots__ = ("_capacity", "_closed", "_queue", "_reader", "_since_yield")
 
     def __init__(self, capacity: int = DEFAULT_MAILBOX_SIZE) -> None:
         self._queue: collections.deque[M] = collections.deque()
         self._capacity = capacity
         self._reader: trio.lowlevel.Task | None = None
         self._closed = False
+        self._since_yield = 0
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -94,8 +96,16 @@ class Mailbox(Generic[M]):
             await trio.lowlevel.wait_task_rescheduled(abort)
             if not self._queue:
                 raise MailboxClosed
+            self._since_yield = 0
         else:
-            await trio.lowlevel.checkpoint()
+            # Drain a backlog in runs: a scheduler round per message would cost more than the
+            # handlers, but a busy actor still lets others run every YIELD_EVERY messages.
+            self._since_yield += 1
+            if self._since_yield >= YIELD_EVERY:
+                self._since_yield = 0
+                await trio.lowlevel.checkpoint()
+            else:
+                await trio.lowlevel.checkpoint_if_cancelled()
         return self._queue.popleft()
 
 
@@ -105,11 +115,20 @@ class Reply(Generic[T]):
     Senders may have given up waiting (cancelled); answering is then harmless.
     """
 
-    __slots__ = ("_result", "_waiter")
+    __slots__ = ("_callback", "_result", "_waiter")
 
     def __init__(self) -> None:
         self._result: outcome.Outcome[T] | None = None
         self._waiter: trio.lowlevel.Task | None = None
+        self._callback: Callable[[outcome.Outcome[T]], None] | None = None
+
+    def then(self, callback: Callable[[outcome.Outcome[T]], None]) -> None:
+        """Run ``callback(outcome)`` when the answer arrives (at once if it already has), in
+        the answering actor's task: the asker goes on without waiting. One callback per slot."""
+        if self._result is not None:
+            callback(self._result)
+        else:
+            self._callback = callback
 
     @property
     def answered(self) -> bool:
@@ -128,6 +147,9 @@ class Reply(Generic[T]):
         waiter, self._waiter = self._waiter, None
         if waiter is not None:
             trio.lowlevel.reschedule(waiter)
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback(result)
 
     async def wait(self) -> T:
         if self._result is None:

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
+from outcome import Outcome
 
 from ..protocol import jsonrpc
 from ..protocol.converter import structure, unstructure
-from ..protocol.errors import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, McpError
+from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, McpError
 from ..protocol.messages import (
     MODEL_IMMEDIATE_RESPONSE_KEY,
     CallToolParams,
@@ -33,8 +36,9 @@ from ..protocol.versions import has_tasks, negotiate
 from ..transports.base import Transport
 from .context import Context, level_passes
 from .endpoint import NO_RESPONSE, ConnectionClosed, Endpoint, Handler
-from .receiver import TaskReceiver
+from .receiver import Started, TaskReceiver
 from .requestor import TaskRequestor
+from .runtime import MailboxFull
 from .supervisor import OwnerGone, TaskSupervisor
 from .task_actor import TaskActor, TaskOutcome
 
@@ -84,10 +88,15 @@ class SessionActor(Endpoint):
             "ping": self._ping,
             "initialize": self._initialize,
             "tools/list": self._tools_list,
-            "tasks/get": self._tasks_only(self.receiver.get),
-            "tasks/cancel": self._tasks_only(self.receiver.cancel),
-            "tasks/list": self._tasks_only(self.receiver.list),
             "logging/setLevel": self._set_level,
+        }
+        # Task queries: sent to the supervisor and answered from the reply's continuation, so
+        # the reader goes on with the next request at once (pipelined clients: one scheduler
+        # round per burst, not per request). FIFO mailboxes keep them in order.
+        self._started: dict[str, Callable[[jsonrpc.Request], Started]] = {
+            "tasks/get": self.receiver.start_get,
+            "tasks/cancel": self.receiver.start_cancel,
+            "tasks/list": self.receiver.start_list,
         }
         self._waiting: dict[str, Handler] = {
             "tools/call": self._tools_call,
@@ -129,6 +138,10 @@ class SessionActor(Endpoint):
         if quick is not None:
             await self.answer(request, quick)
             return
+        start = self._started.get(method)
+        if start is not None:
+            await self._start(request, start)
+            return
         waiting = self._waiting.get(method)
         if waiting is None or (method.startswith("tasks/") and not self.tasks_enabled):
             await self.respond_error(request.id, McpError(METHOD_NOT_FOUND, f"Method not found: {method}"))
@@ -145,6 +158,39 @@ class SessionActor(Endpoint):
         scope = trio.CancelScope()
         self._in_flight[request.id] = scope
         self._nursery.start_soon(self._answer_in_scope, request, waiting, scope)
+
+    async def _start(self, request: jsonrpc.Request, start: Callable[[jsonrpc.Request], Started]) -> None:
+        if not self.tasks_enabled:
+            await self.respond_error(
+                request.id, McpError(METHOD_NOT_FOUND, f"Method not found: {request.method}")
+            )
+            return
+        await self._slots.acquire()  # bounded, like waiting requests: backpressure on the reader
+        try:
+            started = start(request)
+        except McpError as exc:
+            self._slots.release()
+            await self.respond_error(request.id, exc)
+            return
+        except MailboxFull:
+            self._slots.release()
+            await self.respond_error(request.id, McpError(INTERNAL_ERROR, "Server overloaded; retry later"))
+            return
+        started.reply.then(functools.partial(self._answer_later, request.id, started.render))
+
+    def _answer_later(
+        self, request_id: jsonrpc.RequestId, render: Callable[[Any], dict[str, Any]], result: Outcome[Any]
+    ) -> None:
+        # Runs in the answering actor's task: it must never raise into it.
+        self._slots.release()
+        try:
+            data = jsonrpc.encode_response(request_id, render(result.unwrap()))
+        except McpError as exc:
+            data = jsonrpc.encode_error(request_id, exc.code, exc.message, exc.data)
+        except Exception as exc:
+            log.error("answering request %r failed: %r", request_id, exc, exc_info=exc)
+            data = jsonrpc.encode_error(request_id, INTERNAL_ERROR, f"Internal error: {exc}")
+        self.post(data)
 
     async def _answer_in_scope(
         self, request: jsonrpc.Request, handler: Handler, scope: trio.CancelScope
@@ -258,13 +304,6 @@ class SessionActor(Endpoint):
         return NO_RESPONSE
 
     # -- tasks/* --------------------------------------------------------------------------
-    def _tasks_only(self, handler: Handler) -> Handler:
-        async def checked(request: jsonrpc.Request) -> dict[str, Any]:
-            if not self.tasks_enabled:
-                raise McpError(METHOD_NOT_FOUND, f"Method not found: {request.method}")
-            return await handler(request)
-
-        return checked
 
 
 def _encode_index(index: int) -> str:

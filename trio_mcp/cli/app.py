@@ -824,7 +824,8 @@ def demo(spec: str | None, pace: float) -> None:
 
     Starts `trio-mcp serve SERVER` as a child process, lists its tools, then creates a task
     and follows it with a progress bar, awaits another with tasks/result, cancels a third
-    mid-flight, shows a failing task and the taskSupport rules, and lists the tasks.
+    mid-flight, shows a failing task and the taskSupport rules, answers a task's question
+    (elicitation) with a scripted answer, and lists the tasks.
 
     \b
     Examples:

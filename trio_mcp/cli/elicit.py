@@ -427,7 +427,6 @@ class TerminalElicitor:
         self.displays = displays if displays is not None else LiveDisplays()
         self.interrupts = interrupts
         self.reader = LineReader(stdin if stdin is not None else sys.stdin)
-        self.asked = 0
         self._lock = trio.Lock()
         self._ready = trio.Event()
         if ready:
@@ -458,7 +457,6 @@ class TerminalElicitor:
         async with self._lock:
             if self._withdrawn:
                 return ElicitResult(action="cancel")
-            self.asked += 1
             with self.displays.pause():
                 return await self._ask(params)
 
@@ -483,7 +481,8 @@ class TerminalElicitor:
         return ElicitResult(action="cancel")
 
     async def _form(self, params: ElicitRequestParams) -> ElicitResult:
-        task_id = ((params.meta or {}).get(RELATED_TASK_KEY) or {}).get("taskId")
+        related = (params.meta or {}).get(RELATED_TASK_KEY)
+        task_id = related.get("taskId") if isinstance(related, dict) else None
         who = f"Task {task_id}" if task_id else "The server"
         self.err.print(Text.assemble(("? ", "bold yellow"), (who, "bold"), " asks: ", params.message))
         if self.interactive:
