@@ -71,22 +71,28 @@ class Endpoint:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise ConnectionClosed from None
 
-    def post(self, data: bytes) -> None:
+    def post(self, data: bytes, then: Callable[[], None] | None = None) -> None:
         """Queue a response from synchronous code: at once if there is room, else from a task
-        that waits for room (so it is never lost while the connection lives)."""
+        that waits for room (so it is never lost while the connection lives). ``then`` runs
+        once it is queued."""
         try:
             self._out_send.send_nowait(data)
         except trio.WouldBlock:
             if self.nursery is not None:
-                self.nursery.start_soon(self._send_quietly, data)
+                self.nursery.start_soon(self._send_then, data, then)
+            return
         except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass  # the connection is gone: nobody to answer
+            return  # the connection is gone: nobody to answer
+        if then is not None:
+            then()
 
-    async def _send_quietly(self, data: bytes) -> None:
+    async def _send_then(self, data: bytes, then: Callable[[], None] | None) -> None:
         try:
             await self.send(data)
         except ConnectionClosed:
-            pass
+            return
+        if then is not None:
+            then()
 
     def notify(self, method: str, params: dict[str, Any] | None = None) -> bool:
         """Send a notification if the outbound queue has room; False if it was dropped."""

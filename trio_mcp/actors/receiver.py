@@ -27,6 +27,8 @@ class Started:
 
     reply: Reply[Any]
     render: Callable[[Any], dict[str, Any]]
+    after: Callable[[Any], None] | None = None
+    """Run with the answer once its response is queued (e.g. start a task's work)."""
 
     async def wait(self) -> dict[str, Any]:
         return self.render(await self.reply.wait())
@@ -46,20 +48,30 @@ class TaskReceiver:
         self.supervisor = supervisor
         self.owner = owner
 
-    async def create(
-        self, request: jsonrpc.Request, work: Work, ttl_ms: int | None, meta: dict[str, Any] | None = None
-    ) -> TaskActor:
-        """Create a task for ``request``, answer it with the CreateTaskResult, then start the work.
+    def start_create(self, work: Work, ttl_ms: int | None, meta: dict[str, Any] | None = None) -> Started:
+        """Ask for a task; its CreateTaskResult is the answer, and the work starts only once
+        that answer is queued, so no status notification can overtake it."""
+        reply: Reply[TaskActor] = Reply()
+        self.supervisor.tell(CreateTask(self.owner, work, ttl_ms, self._changed, reply))
 
-        Answering first means no status notification can overtake the CreateTaskResult.
-        """
-        actor: TaskActor = await ask(
-            self.supervisor, lambda reply: CreateTask(self.owner, work, ttl_ms, self._changed, reply)
-        )
-        await self.endpoint.respond(request.id, unstructure(CreateTaskResult(task=actor.task, meta=meta)))
+        def render(actor: TaskActor) -> dict[str, Any]:
+            data: dict[str, Any] = unstructure(CreateTaskResult(task=actor.task, meta=meta))
+            return data
+
+        return Started(reply, render, after=self._start_work)
+
+    def _start_work(self, actor: TaskActor) -> None:
         # A system message: it must not be refused once the client holds the task id.
         self.supervisor.mailbox.put(Route(self.owner, actor.task_id, Start()), system=True)
-        return actor
+
+    async def create(
+        self, request: jsonrpc.Request, work: Work, ttl_ms: int | None, meta: dict[str, Any] | None = None
+    ) -> None:
+        """Create a task for ``request``, answer it with the CreateTaskResult, then start the work."""
+        started = self.start_create(work, ttl_ms, meta)
+        actor = await started.reply.wait()
+        await self.endpoint.respond(request.id, started.render(actor))
+        self._start_work(actor)
 
     def _changed(self, task: Task) -> None:
         if not self.endpoint.closed:

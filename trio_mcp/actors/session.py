@@ -35,7 +35,7 @@ from ..protocol.messages import (
 from ..protocol.versions import has_tasks, negotiate
 from ..transports.base import Transport
 from .context import Context, level_passes
-from .endpoint import NO_RESPONSE, ConnectionClosed, Endpoint, Handler
+from .endpoint import ConnectionClosed, Endpoint, Handler
 from .receiver import Started, TaskReceiver
 from .requestor import TaskRequestor
 from .runtime import MailboxFull
@@ -139,6 +139,8 @@ class SessionActor(Endpoint):
             await self.answer(request, quick)
             return
         start = self._started.get(method)
+        if start is None and method == "tools/call" and self._asks_for_task(request):
+            start = self._start_create
         if start is not None:
             await self._start(request, start)
             return
@@ -176,21 +178,23 @@ class SessionActor(Endpoint):
             self._slots.release()
             await self.respond_error(request.id, McpError(INTERNAL_ERROR, "Server overloaded; retry later"))
             return
-        started.reply.then(functools.partial(self._answer_later, request.id, started.render))
+        started.reply.then(functools.partial(self._answer_later, request.id, started))
 
-    def _answer_later(
-        self, request_id: jsonrpc.RequestId, render: Callable[[Any], dict[str, Any]], result: Outcome[Any]
-    ) -> None:
+    def _answer_later(self, request_id: jsonrpc.RequestId, started: Started, result: Outcome[Any]) -> None:
         # Runs in the answering actor's task: it must never raise into it.
         self._slots.release()
+        after: Callable[[], None] | None = None
         try:
-            data = jsonrpc.encode_response(request_id, render(result.unwrap()))
+            value = result.unwrap()
+            data = jsonrpc.encode_response(request_id, started.render(value))
+            if started.after is not None:
+                after = functools.partial(started.after, value)
         except McpError as exc:
             data = jsonrpc.encode_error(request_id, exc.code, exc.message, exc.data)
         except Exception as exc:
             log.error("answering request %r failed: %r", request_id, exc, exc_info=exc)
             data = jsonrpc.encode_error(request_id, INTERNAL_ERROR, f"Internal error: {exc}")
-        self.post(data)
+        self.post(data, after)
 
     async def _answer_in_scope(
         self, request: jsonrpc.Request, handler: Handler, scope: trio.CancelScope
@@ -275,21 +279,27 @@ class SessionActor(Endpoint):
             raise McpError(METHOD_NOT_FOUND, f"Tool '{params.name}' must be called as a task")
         return tool
 
+    def _asks_for_task(self, request: jsonrpc.Request) -> bool:
+        # ``"task": null`` is no task: a plain call (wrong types are refused when structuring).
+        return (
+            self.tasks_enabled and isinstance(request.params, dict) and request.params.get("task") is not None
+        )
+
     async def _tools_call(self, request: jsonrpc.Request) -> dict[str, Any]:
+        """A plain call: run the tool here and answer with its result."""
         params = structure(request.params, CallToolParams)
         tool = self._tool_for(params)
         token = (params.meta or {}).get("progressToken")
-        if params.task is not None and self.tasks_enabled:
-            return await self._create_task(request, params, tool, token)
         result = await tool.call(params.arguments, Context(self, progress_token=token))
         data: dict[str, Any] = unstructure(result)
         return data
 
-    async def _create_task(
-        self, request: jsonrpc.Request, params: CallToolParams, tool: RegisteredTool, token: Any
-    ) -> dict[str, Any]:
-        assert params.task is not None
-        ttl = params.task.ttl
+    def _start_create(self, request: jsonrpc.Request) -> Started:
+        """A task-augmented call: create the task; the work starts once it is answered."""
+        params = structure(request.params, CallToolParams)
+        tool = self._tool_for(params)
+        token = (params.meta or {}).get("progressToken")
+        ttl = params.task.ttl if params.task is not None else None
 
         async def work(actor: TaskActor) -> TaskOutcome:
             result = await tool.call(params.arguments, Context(self, progress_token=token, task=actor))
@@ -300,8 +310,7 @@ class SessionActor(Endpoint):
             )
 
         meta = {MODEL_IMMEDIATE_RESPONSE_KEY: tool.immediate_response} if tool.immediate_response else None
-        await self.receiver.create(request, work, ttl, meta)
-        return NO_RESPONSE
+        return self.receiver.start_create(work, ttl, meta)
 
     # -- tasks/* --------------------------------------------------------------------------
 
