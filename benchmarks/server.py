@@ -29,6 +29,7 @@ from typing import Any
 import trio
 
 from trio_mcp import Server, TaskLimits
+from trio_mcp.actors.server import tune_gc
 
 LONG_TTL_MS = 6 * 60 * 60 * 1000
 DEFAULT_MAX_LIVE = 1_000_000
@@ -106,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     if gc_log := os.environ.get("BENCH_GC_LOG"):
         record_gc(gc_log)
+    if os.environ.get("BENCH_TUNE_GC", "1") == "1":
+        tune_gc()
     trio.run(build_server(limits).serve_stdio)
 
 
