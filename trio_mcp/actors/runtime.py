@@ -1,10 +1,18 @@
 """A small actor runtime on Trio.
 
-An actor is a Trio task that owns its state and reads a bounded :class:`Mailbox`. Others talk
-to it only by message: :meth:`Actor.tell` (fire and forget, never blocks) and :func:`ask` (a
-message carrying a :class:`Reply` slot, awaited by the sender). Actors run inside a nursery
-owned by their supervisor; :func:`supervised` reports a crash to the supervisor's callback
-instead of letting it tear the nursery (and so the process) down.
+An actor owns its state; others reach it only by message. Two kinds:
+
+- a *mailbox actor* (:class:`Actor`) is a Trio task reading a bounded :class:`Mailbox`:
+  :meth:`Actor.tell` (fire and forget, never blocks) and :func:`ask` (a message carrying a
+  :class:`Reply` slot, awaited by the sender);
+- a *run-to-completion actor* (a TaskActor) has handlers that never wait, so the actor that
+  routes a message to it runs the handler to completion in its own Trio task — atomic on
+  Trio's single thread, and no Trio task per idle actor.
+
+A :class:`Reply` can also carry a continuation (:meth:`Reply.then`), so an asker that need not
+wait goes on at once and answers from the continuation. Actors run inside a nursery owned by
+their supervisor; :func:`supervised` reports a crash to the supervisor's callback instead of
+letting it tear the nursery (and so the process) down.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ failing ``k`` fails the same way every time. Call it from a plain (``def``) test
 Three ways to cancel at ``k`` (``via``):
 
 ``"cancel"`` (default)
-    the task's actor handles a Cancel message at that very moment, exactly as its mailbox loop
+    the task's actor handles a Cancel message at that very moment, exactly as its supervisor
     would for a ``tasks/cancel``; the work sees ``trio.Cancelled`` at checkpoint ``k``.
 ``"request"``
     the client sends a real ``tasks/cancel`` when the work reaches ``k``. It arrives a few
