@@ -1,11 +1,18 @@
-"""A lean MCP load client: raw pipes to a child process, pipelined requests, ids matched.
+"""A lean MCP load client: pipelined requests to a child process, ids matched.
 
-It speaks newline-delimited JSON-RPC directly (no ``trio_mcp`` client, no event loop): all
-request lines of a run are encoded before the clock starts, then at most ``window`` requests
-are kept in flight, written in batches with one ``write`` per batch and read back in large
-chunks. Responses may come in any order; each is matched to its request by id. Notifications
-(task status, progress) are skipped without being decoded. The same client drives the server
-under test and the raw floor, so their rates are directly comparable.
+It speaks JSON-RPC directly (no ``trio_mcp`` client, no event loop): all requests of a run are
+encoded before the clock starts, then at most ``window`` requests are kept in flight, written
+in batches with one ``write`` per batch and read back in large chunks. Responses may come in
+any order; each is matched to its request by id. Notifications (task status, progress) are
+skipped without being decoded. Two framings share that loop:
+
+* :class:`LoadClient`: newline-delimited JSON over the child's stdin/stdout (raw pipes). It
+  drives the server under test and the raw floor, so their rates are directly comparable.
+* :class:`WsLoadClient`: one JSON-RPC message per WebSocket text frame, over a TCP connection
+  to a child serving WebSocket (``benchmarks/server.py --ws``). ``wsproto`` makes the opening
+  handshake and encodes (masks) the request frames before the clock starts; incoming frames
+  are cut by a few lines of code here, as cheap per message as the stdio client's line
+  splitting, so the two clients cost about the same and the ratio ws / stdio is the servers'.
 """
 
 from __future__ import annotations
@@ -13,12 +20,17 @@ from __future__ import annotations
 import json
 import os
 import select
+import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, CloseConnection, Pong, TextMessage
+from wsproto.events import Request as WsRequest
 
 PROTOCOL_VERSION = "2025-11-25"
 # The runtime and the floor both encode compactly with "jsonrpc" first, so a notification line
@@ -101,7 +113,7 @@ def rss_kib(pid: int) -> int:
 
 
 class LoadClient:
-    """One connection: a child process spoken to over its stdin/stdout."""
+    """One connection: a child process spoken to over its stdin/stdout (newline-delimited)."""
 
     def __init__(
         self,
@@ -122,11 +134,16 @@ class LoadClient:
             bufsize=0,
         )
         assert self.process.stdin is not None and self.process.stdout is not None
-        self._wfd = self.process.stdin.fileno()
-        self._rfd = self.process.stdout.fileno()
+        self._attach(self.process.stdin.fileno(), self.process.stdout.fileno())
+
+    def _attach(self, wfd: int, rfd: int) -> None:
+        self._wfd = wfd
+        self._rfd = rfd
         os.set_blocking(self._wfd, False)
         os.set_blocking(self._rfd, False)
         self._rest = b""
+        self._pending = bytearray()
+        """Bytes due to the peer: request batches, and (WebSocket) control frames."""
         self._next_id = 1
         self.notifications = 0
 
@@ -136,6 +153,16 @@ class LoadClient:
 
     def rss_kib(self) -> int:
         return rss_kib(self.pid)
+
+    # -- framing (overridden by WsLoadClient) ------------------------------------------------
+    def _frame(self, message: bytes) -> bytes:
+        """One encoded JSON-RPC message as it goes on the wire."""
+        return message + b"\n"
+
+    def _messages(self, chunk: bytes) -> list[bytes]:
+        """The complete messages in what was read so far (a partial one is kept for later)."""
+        *complete, self._rest = (self._rest + chunk).split(b"\n")
+        return complete
 
     # -- lifecycle --------------------------------------------------------------------------
     def handshake(self) -> dict[str, Any]:
@@ -148,21 +175,23 @@ class LoadClient:
         run = self.run([("initialize", params)], window=1)
         if run.errors:
             raise RuntimeError(f"initialize failed: {run.errors[0]}")
-        self._write_all(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        self._write_all(self._frame(b'{"jsonrpc":"2.0","method":"notifications/initialized"}'))
         result: dict[str, Any] = run.results[0]
         return result
 
     def close(self, timeout: float = 60.0) -> int:
         """Close the child's stdin (the MCP way to stop a stdio server), drain, reap."""
-        assert self.process.stdin is not None
+        assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.close()
         deadline = time.monotonic() + timeout
         # Keep reading so a child still writing can never block on a full pipe.
+        rfd = self.process.stdout.fileno()
+        os.set_blocking(rfd, False)
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([self._rfd], [], [], 0.2)
+            ready, _, _ = select.select([rfd], [], [], 0.2)
             if ready:
                 try:
-                    if not os.read(self._rfd, _READ_SIZE):
+                    if not os.read(rfd, _READ_SIZE):
                         break
                 except BlockingIOError:
                     pass
@@ -173,7 +202,6 @@ class LoadClient:
         except subprocess.TimeoutExpired:
             self.process.kill()
             code = self.process.wait()
-        assert self.process.stdout is not None
         self.process.stdout.close()
         return code
 
@@ -206,7 +234,7 @@ class LoadClient:
         while (left := deadline - time.perf_counter()) > 0:
             ready, _, _ = select.select([self._rfd], [], [], left)
             if ready:
-                self._read_lines()
+                self._read_messages()
 
     def run(self, requests: Sequence[Request], window: int) -> RunResult:
         """Send ``requests`` with at most ``window`` in flight; wait for every answer.
@@ -217,19 +245,22 @@ class LoadClient:
         n = len(requests)
         base = self._next_id
         self._next_id += n
-        lines = [_encode(base + i, method, params) for i, (method, params) in enumerate(requests)]
+        frame = self._frame
+        lines = [frame(_encode(base + i, method, params)) for i, (method, params) in enumerate(requests)]
         sent_at = [0.0] * n
         latencies = [0.0] * n
         results: list[Any] = [None] * n
         errors: dict[int, dict[str, Any]] = {}
         answered = [False] * n
-        pending = bytearray()
+        pending = self._pending
         sent = done = 0
         poller = select.poll()
         poller.register(self._rfd, select.POLLIN)
         writing = False
+        one_fd = self._wfd == self._rfd
         perf_counter = time.perf_counter
         loads = json.loads
+        split = self._messages
         prefix = _NOTIFICATION_PREFIX
         pid = self.process.pid
         peer_cpu = cpu_seconds(pid)
@@ -250,10 +281,13 @@ class LoadClient:
                 except BlockingIOError:
                     pass
             if pending and not writing:
-                poller.register(self._wfd, select.POLLOUT)
+                poller.register(self._wfd, select.POLLOUT | (select.POLLIN if one_fd else 0))
                 writing = True
             elif writing and not pending:
-                poller.unregister(self._wfd)
+                if one_fd:  # a socket: keep waiting for input on it
+                    poller.register(self._rfd, select.POLLIN)
+                else:
+                    poller.unregister(self._wfd)
                 writing = False
             try:
                 chunk = os.read(self._rfd, _READ_SIZE)
@@ -265,8 +299,7 @@ class LoadClient:
             if not chunk:
                 raise ServerGone(f"server exited ({self.process.poll()}) with {n - done} answers due")
             now = perf_counter()
-            *complete, self._rest = (self._rest + chunk).split(b"\n")
-            for line in complete:
+            for line in split(chunk):
                 if not line or line.startswith(prefix):
                     self.notifications += 1
                     continue
@@ -285,6 +318,7 @@ class LoadClient:
         timed = (started, time.monotonic())
         client_cpu = time.process_time() - client_cpu
         peer_cpu = cpu_seconds(pid) - peer_cpu
+        self._flush()
         return RunResult(n, seconds, latencies, results, errors, [timed], peer_cpu, client_cpu)
 
     # -- internals --------------------------------------------------------------------------
@@ -296,19 +330,177 @@ class LoadClient:
             except BlockingIOError:
                 select.select([], [self._wfd], [], 1.0)
 
-    def _read_lines(self) -> None:
+    def _flush(self) -> None:
+        """Write whatever is still due (control frames queued after the last request)."""
+        if self._pending:
+            data = bytes(self._pending)
+            self._pending.clear()
+            self._write_all(data)
+
+    def _read_messages(self) -> None:
         try:
             chunk = os.read(self._rfd, _READ_SIZE)
         except BlockingIOError:
             return
         if not chunk:
             raise ServerGone(f"server exited ({self.process.poll()})")
-        *complete, self._rest = (self._rest + chunk).split(b"\n")
-        self.notifications += len(complete)
+        self.notifications += len(self._messages(chunk))
+        self._flush()
+
+
+class WsLoadClient(LoadClient):
+    """One WebSocket connection to a child serving MCP over WebSocket on 127.0.0.1.
+
+    The child (``benchmarks/server.py --ws 127.0.0.1:0``) prints ``ws-port PORT`` on stdout
+    once it listens, and exits when its stdin closes, as a stdio server does; ``pid``,
+    ``rss_kib`` and the peer CPU figures are the child's. The request loop is
+    :meth:`LoadClient.run`; only the framing differs. Server pings are answered with pongs.
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        timeout: float = 600.0,
+        start_timeout: float = 60.0,
+    ) -> None:
+        self.argv = list(argv)
+        self.timeout = timeout
+        self.process = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=None if env is None else dict(env),
+            cwd=cwd,
+            bufsize=0,
+        )
+        self.sock: socket.socket | None = None
+        try:
+            self.port = self._read_port(start_timeout)
+            self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=start_timeout)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._ws = WSConnection(ConnectionType.CLIENT)
+            self._upgrade(start_timeout)
+        except BaseException:
+            if self.sock is not None:
+                self.sock.close()
+            self.process.kill()
+            self.process.wait()
+            raise
+        self.sock.setblocking(False)
+        self._fragments: list[bytes] = []
+        self._attach(self.sock.fileno(), self.sock.fileno())
+
+    def _read_port(self, timeout: float) -> int:
+        assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
+        data = b""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in data:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{self.argv} printed no port within {timeout}s")
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    raise ServerGone(f"server exited ({self.process.wait()}) before listening")
+                data += chunk
+        line = data.split(b"\n", 1)[0].decode()
+        word, _, port = line.partition(" ")
+        if word != "ws-port" or not port.isdigit():
+            raise RuntimeError(f"expected 'ws-port PORT' from the server, got {line!r}")
+        return int(port)
+
+    def _upgrade(self, timeout: float) -> None:
+        """The opening handshake (HTTP Upgrade), subprotocol ``mcp``, made by wsproto."""
+        assert self.sock is not None
+        self.sock.settimeout(timeout)
+        self.sock.sendall(
+            self._ws.send(WsRequest(host=f"127.0.0.1:{self.port}", target="/", subprotocols=["mcp"]))
+        )
+        while True:
+            data = self.sock.recv(65536)
+            if not data:
+                raise ServerGone("server closed the connection during the WebSocket handshake")
+            self._ws.receive_data(data)
+            for event in self._ws.events():
+                if isinstance(event, AcceptConnection):
+                    if event.subprotocol != "mcp":
+                        raise RuntimeError(f"server chose subprotocol {event.subprotocol!r}, not 'mcp'")
+                    return
+                raise RuntimeError(f"WebSocket handshake refused: {event!r}")
+
+    def _frame(self, message: bytes) -> bytes:
+        return self._ws.send(TextMessage(data=message.decode()))
+
+    def _messages(self, chunk: bytes) -> list[bytes]:
+        """Cut the payloads of complete frames out of what was read (server frames are not
+        masked); answer pings, and hand back text messages (fragmented ones reassembled)."""
+        buf = self._rest + chunk if self._rest else chunk
+        out: list[bytes] = []
+        pos, size = 0, len(buf)
+        while size - pos >= 2:
+            first, length = buf[pos], buf[pos + 1]
+            if length & 0x80:
+                raise RuntimeError("the server sent a masked frame")
+            head = 2
+            if length == 126:
+                if size - pos < 4:
+                    break
+                length, head = int.from_bytes(buf[pos + 2 : pos + 4], "big"), 4
+            elif length == 127:
+                if size - pos < 10:
+                    break
+                length, head = int.from_bytes(buf[pos + 2 : pos + 10], "big"), 10
+            stop = pos + head + length
+            if stop > size:
+                break
+            payload = buf[pos + head : stop]
+            pos = stop
+            if first == 0x81:  # FIN + text: one whole message, the usual case
+                out.append(payload)
+                continue
+            opcode, fin = first & 0x0F, first & 0x80
+            if opcode in (0x0, 0x1):  # a fragment of a text message
+                self._fragments.append(payload)
+                if fin:
+                    out.append(b"".join(self._fragments))
+                    self._fragments.clear()
+            elif opcode == 0x9:
+                self._pending += self._ws.send(Pong(payload=payload))
+            elif opcode == 0xA:
+                pass
+            elif opcode == 0x8:
+                raise ServerGone(f"server closed the WebSocket: {payload[:2].hex()} {payload[2:]!r}")
+            else:
+                raise RuntimeError(f"unexpected WebSocket frame, opcode {opcode:#x}")
+        self._rest = buf[pos:]
+        return out
+
+    def close(self, timeout: float = 60.0) -> int:
+        """Closing handshake (1000), then close the child's stdin and reap it."""
+        if self.sock is not None:
+            try:
+                self._pending.clear()
+                self.sock.setblocking(True)
+                self.sock.settimeout(5.0)
+                self.sock.sendall(self._ws.send(CloseConnection(code=1000)))
+                self.sock.shutdown(socket.SHUT_WR)
+                while self.sock.recv(_READ_SIZE):  # until the server closes its side
+                    pass
+            except OSError:
+                pass
+            finally:
+                self.sock.close()
+                self.sock = None
+        return super().close(timeout)
 
 
 def _encode(request_id: int, method: str, params: dict[str, Any] | None) -> bytes:
     message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
     if params is not None:
         message["params"] = params
-    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
+    return json.dumps(message, separators=(",", ":")).encode()

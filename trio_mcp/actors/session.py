@@ -9,8 +9,6 @@ sends reaches past this actor as an exception: every failure becomes a JSON-RPC 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
 import logging
 from collections.abc import Callable
@@ -22,6 +20,7 @@ from outcome import Outcome
 
 from ..protocol import jsonrpc
 from ..protocol.converter import structure, unstructure
+from ..protocol.cursors import decode_cursor, encode_cursor
 from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, McpError
 from ..protocol.messages import (
     MODEL_IMMEDIATE_RESPONSE_KEY,
@@ -178,6 +177,11 @@ class SessionActor(Endpoint):
             self._slots.release()
             await self.respond_error(request.id, McpError(INTERNAL_ERROR, "Server overloaded; retry later"))
             return
+        except Exception as exc:  # a bug: answer it, keep the connection
+            self._slots.release()
+            log.error("starting %s failed: %r", request.method, exc, exc_info=exc)
+            await self.respond_error(request.id, McpError(INTERNAL_ERROR, f"Internal error: {exc}"))
+            return
         started.reply.then(functools.partial(self._answer_later, request.id, started))
 
     def _answer_later(self, request_id: jsonrpc.RequestId, started: Started, result: Outcome[Any]) -> None:
@@ -257,13 +261,16 @@ class SessionActor(Endpoint):
     async def _tools_list(self, request: jsonrpc.Request) -> dict[str, Any]:
         params = structure(request.params, PaginatedParams)
         tools = list(self.server.tools.values())
-        start = _decode_index(params.cursor) if params.cursor is not None else 0
-        if start > len(tools):
+        try:
+            start = decode_cursor("tools", params.cursor) if params.cursor is not None else 0
+        except ValueError:
+            start = -1
+        if not 0 <= start <= len(tools):
             raise McpError(INVALID_PARAMS, "Invalid params at 'cursor': unknown cursor")
         end = start + self.server.tools_page_size
         result: dict[str, Any] = {"tools": [unstructure(t.tool) for t in tools[start:end]]}
         if end < len(tools):
-            result["nextCursor"] = _encode_index(end)
+            result["nextCursor"] = encode_cursor("tools", end)
         return result
 
     # -- tools/call -----------------------------------------------------------------------
@@ -311,20 +318,3 @@ class SessionActor(Endpoint):
 
         meta = {MODEL_IMMEDIATE_RESPONSE_KEY: tool.immediate_response} if tool.immediate_response else None
         return self.receiver.start_create(work, ttl, meta)
-
-    # -- tasks/* --------------------------------------------------------------------------
-
-
-def _encode_index(index: int) -> str:
-    return base64.urlsafe_b64encode(f"tools:{index}".encode()).decode().rstrip("=")
-
-
-def _decode_index(cursor: str) -> int:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        prefix, _, number = raw.partition(":")
-        if prefix == "tools" and number.isdigit():
-            return int(number)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        pass
-    raise McpError(INVALID_PARAMS, "Invalid params at 'cursor': unknown cursor")

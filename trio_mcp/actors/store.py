@@ -7,13 +7,12 @@ tasks, except a page of ``tasks/list`` which is O(page size + log n).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import bisect
 from typing import Protocol
 
 import attrs
 
+from ..protocol.cursors import decode_cursor, encode_cursor
 from .task_actor import TaskActor
 
 
@@ -38,21 +37,6 @@ class TaskStore(Protocol):
     def owned_by(self, owner: object) -> list[TaskEntry]: ...
     def page(self, owner: object, cursor: str | None, limit: int) -> tuple[list[TaskEntry], str | None]: ...
     def __len__(self) -> int: ...
-
-
-def _encode_cursor(seq: int) -> str:
-    return base64.urlsafe_b64encode(f"task:{seq}".encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> int:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        prefix, _, number = raw.partition(":")
-        if prefix != "task" or not number.isdigit():
-            raise ValueError(cursor)
-        return int(number)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise InvalidCursor(cursor) from None
 
 
 @attrs.define(eq=False)
@@ -102,7 +86,10 @@ class MemoryTaskStore:
         return list(index.entries.values()) if index else []
 
     def page(self, owner: object, cursor: str | None, limit: int) -> tuple[list[TaskEntry], str | None]:
-        after = _decode_cursor(cursor) if cursor is not None else -1
+        try:
+            after = decode_cursor("task", cursor) if cursor is not None else -1
+        except ValueError:
+            raise InvalidCursor(cursor) from None
         index = self._by_owner.get(owner)
         if index is None:
             return [], None
@@ -117,5 +104,5 @@ class MemoryTaskStore:
         while position < len(seqs) and seqs[position] not in index.entries:
             position += 1  # skip holes left by removed tasks (compaction bounds them)
         more = position < len(seqs)
-        next_cursor = _encode_cursor(out[-1].seq) if out and more else None
+        next_cursor = encode_cursor("task", out[-1].seq) if out and more else None
         return out, next_cursor
