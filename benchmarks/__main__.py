@@ -6,6 +6,7 @@ Examples::
     python -m benchmarks --smoke --json out.json
     python -m benchmarks --quick              # no L=100000 point, no churn (about 2 minutes)
     python -m benchmarks --no-churn --scales 250,10000
+    python -m benchmarks --no-ws              # stdio only
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Sizes]:
     parser.add_argument("--json", metavar="PATH", help="also write every figure to PATH as JSON")
     parser.add_argument("--quick", action="store_true", help="skip the L=100000 point and the churn")
     parser.add_argument("--no-churn", action="store_true", help="skip the TTL churn workload")
+    parser.add_argument("--no-ws", action="store_true", help="skip the WebSocket workloads")
     parser.add_argument("-n", type=int, help="task-augmented echo calls for create/result")
     parser.add_argument("--scales", type=_ints, help="comma-separated numbers L of live tasks")
     parser.add_argument("--main-scale", type=int, help="the L at which targets are judged")
@@ -79,6 +81,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Sizes]:
         sizes.churn_tasks = 0
     if args.no_churn:
         sizes.churn_tasks = 0
+    if args.no_ws:
+        sizes.ws = False
     sizes.scales = sorted(set(sizes.scales))
     return args, sizes
 
@@ -142,6 +146,9 @@ def run(sizes: Sizes, argv: Sequence[str]) -> dict[str, Any]:
         "cancel_cpu_ratio": _cpu_growth(top["cancel"], low["cancel"]),
         "points": points,
     }
+    if sizes.ws:
+        log(f"WebSocket: create N={sizes.n}, get/cancel at L={main_l}")
+        w["ws"] = workloads.websocket(sizes, w["create"], top, log)
     if sizes.churn_tasks > 0:
         log(f"churn: {sizes.churn_tasks} tasks, TTL {sizes.churn_ttl_ms[0]}-{sizes.churn_ttl_ms[1]} ms")
         w["churn"] = workloads.churn(sizes, log)

@@ -7,8 +7,9 @@ It starts the benchmark server, makes ``--live`` idle sleep tasks, attaches ``py
 (``get``: ``--requests`` tasks/get cycling over the tasks; ``cancel``: tasks/cancel for every
 task; ``create``: ``--requests`` task-augmented echo calls), detaches, and prints the functions
 with the most samples, by self time and inclusive time. ``--native`` also samples C frames
-(the garbage collector shows up as ``gc_collect_main``/``collect``). ``--raw PATH`` keeps the
-py-spy output (collapsed stacks, usable by flame graph tools).
+(the garbage collector shows up as ``gc_collect_main``/``collect``). ``--ws`` serves the same
+server over WebSocket instead of stdio. ``--raw PATH`` keeps the py-spy output (collapsed
+stacks, usable by flame graph tools).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .workloads import by_id, create_echo, create_sleep, server, task_ids
+from .workloads import by_id, create_echo, create_sleep, server, task_ids, ws_server
 
 
 def summarize(raw: Path, top: int) -> str:
@@ -60,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=64)
     parser.add_argument("--rate", type=int, default=500, help="py-spy samples per second")
     parser.add_argument("--native", action="store_true", help="sample C frames too")
+    parser.add_argument("--ws", action="store_true", help="serve over WebSocket instead of stdio")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--raw", type=Path, help="keep py-spy's collapsed stacks here")
     args = parser.parse_args(argv)
@@ -68,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("py-spy is not installed: pip install py-spy", file=sys.stderr)
         return 2
     raw = args.raw or Path(tempfile.mkstemp(prefix="bench-spy-", suffix=".txt")[1])
-    srv = server()
+    srv = ws_server() if args.ws else server()
     try:
         ids = task_ids(srv.run(create_sleep(args.live, 3600.0), args.window), "create") if args.live else []
         if args.workload == "get":
@@ -89,7 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         profiler.wait(30)
     finally:
         srv.close()
-    print(f"{args.workload}: {run.count} requests at {run.rate:,.0f}/s with {args.live} live tasks")
+    over = "WebSocket" if args.ws else "stdio"
+    print(
+        f"{args.workload} over {over}: {run.count} requests at {run.rate:,.0f}/s with {args.live} live tasks"
+    )
     print(summarize(raw, args.top))
     if args.raw is None:
         raw.unlink()

@@ -165,9 +165,7 @@ def table(results: dict[str, Any]) -> str:
                 else "",
             ]
         )
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    lines = [_row(head, widths), _row(["-" * x for x in widths], widths)]
-    lines += [_row(r, widths) for r in rows]
+    lines = _aligned(head, rows)
 
     lines.append("")
     lines.append("5 memory: server RSS per idle live sleep task")
@@ -184,11 +182,15 @@ def table(results: dict[str, Any]) -> str:
         f"cancel rate x{s['cancel_rate_ratio']:.3f} (1.0 = no per-request cost growth); "
         f"server CPU per request: get x{s['get_cpu_ratio']:.3f}, cancel x{s['cancel_cpu_ratio']:.3f}"
     )
+    ws = w.get("ws")
+    if ws is not None:
+        lines.append("")
+        lines += ws_table(ws, results["config"]["window"])
     churn = w.get("churn")
     if churn is not None:
         lines.append("")
         lines.append(
-            f"7 churn: {churn['tasks']:,} echo tasks, TTL {churn['ttl_ms'][0]}-{churn['ttl_ms'][1]} ms, "
+            f"8 churn: {churn['tasks']:,} echo tasks, TTL {churn['ttl_ms'][0]}-{churn['ttl_ms'][1]} ms, "
             f"created at {_rate(churn['create_rate'])}"
         )
         rates = ", ".join(f"{c['rate']:,.0f}" for c in churn["chunks"])
@@ -216,6 +218,67 @@ def table(results: dict[str, Any]) -> str:
         shown = f"{value:,.3f}" if isinstance(value, float) else f"{value}"
         lines.append(f"  {t['result']:4}  {t['target'].ljust(tw)}  {shown:>10}  (goal {t['goal']})")
     return "\n".join(lines)
+
+
+def ws_table(ws: dict[str, Any], window: int) -> list[str]:
+    """Workload 7: the WebSocket figures next to the stdio ones of the same run."""
+    head = [
+        "workload",
+        "size",
+        "ws",
+        "stdio",
+        "ratio",
+        "ws CPU",
+        "stdio CPU",
+        "CPU ratio",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "full GC s (n)",
+    ]
+    rows: list[list[str]] = []
+
+    def add(name: str, size: str, entry: dict[str, Any]) -> None:
+        s, f = entry["ws"], entry["stdio"]
+        gc = s.get("full_gc", {})
+        rows.append(
+            [
+                name,
+                size,
+                _rate(s["rate"]),
+                _rate(f["rate"]),
+                f"{entry['ratio']:.3f}",
+                f"{s['cpu_us_per_request']:.1f} us",
+                f"{f['cpu_us_per_request']:.1f} us",
+                f"{entry['cpu_ratio']:.3f}",
+                f"{s['p50_ms']:.2f}",
+                f"{s['p99_ms']:.2f}",
+                f"{s['max_ms']:.0f}",
+                f"{gc.get('seconds', 0.0):.2f} ({gc.get('count', 0)})",
+            ]
+        )
+
+    live = ws["get"]["L"]
+    add("7 ws create (echo task)", f"N={ws['create']['n']}", ws["create"])
+    add("7 ws get", f"L={live}", ws["get"])
+    add("7 ws cancel", f"L={live}", ws["cancel"])
+    add("7 ws cancel, one at a time", f"L={live}", ws["cancel"]["probe"])
+    add("  (creating the sleep tasks)", f"L={live}", ws["create_sleep"])
+    lines = [
+        f"7 WebSocket: the same server and requests over one WebSocket connection (window {window}); "
+        "ratio = ws rate / stdio rate, CPU ratio = stdio CPU / ws CPU per request, of this run"
+    ]
+    lines += _aligned(head, rows)
+    per_task = ws["memory"]["bytes_per_task"] / 1024
+    lines.append(f"  RSS per idle live sleep task over WebSocket, L={live}: {per_task:.2f} KiB")
+    return lines
+
+
+def _aligned(head: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    lines = [_row(head, widths), _row(["-" * x for x in widths], widths)]
+    lines += [_row(r, widths) for r in rows]
+    return lines
 
 
 def _cpu_ratio(entry: dict[str, Any]) -> float:

@@ -1,10 +1,15 @@
-"""The server under test: a ``trio_mcp.Server`` with two tools, served over stdio.
+"""The server under test: a ``trio_mcp.Server`` with two tools, served over stdio or WebSocket.
 
-Run it as ``python benchmarks/server.py [--default-ttl-ms MS] [--max-ttl-ms MS] [--max-live N]``.
-The defaults give a long TTL (six hours) so that nothing expires during a benchmark; the
-churn workload starts it with ``--default-ttl-ms 1000 --max-ttl-ms 2000`` (the short-TTL
-variant). Every setting can also come from the environment (``BENCH_DEFAULT_TTL_MS``,
+Run it as ``python benchmarks/server.py [--default-ttl-ms MS] [--max-ttl-ms MS] [--max-live N]
+[--ws HOST:PORT]``. The defaults give a long TTL (six hours) so that nothing expires during a
+benchmark; the churn workload starts it with ``--default-ttl-ms 1000 --max-ttl-ms 2000`` (the
+short-TTL variant). Every setting can also come from the environment (``BENCH_DEFAULT_TTL_MS``,
 ``BENCH_MAX_TTL_MS``, ``BENCH_MAX_LIVE``); flags win.
+
+With ``--ws HOST:PORT`` (``--ws 127.0.0.1:0`` picks a free port) the same tools are served with
+``trio_mcp.transports.websocket.serve_websocket`` instead of stdio (default keep-alive, no
+authentication, so each connection owns its tasks). Once listening it prints ``ws-port PORT``
+on stdout, for the harness to read; it exits when its stdin closes, as the stdio server does.
 
 With ``BENCH_GC_LOG=PATH`` it also records Python's garbage collections (``gc.callbacks``:
 count and time per generation, and every full, generation-2 collection with its start on
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import functools
 import gc
 import json
 import logging
@@ -30,6 +36,7 @@ import trio
 
 from trio_mcp import Server, TaskLimits
 from trio_mcp.actors.server import tune_gc
+from trio_mcp.transports.websocket import parse_host_port, serve_websocket
 
 LONG_TTL_MS = 6 * 60 * 60 * 1000
 DEFAULT_MAX_LIVE = 1_000_000
@@ -85,9 +92,13 @@ def record_gc(path: str) -> None:
     atexit.register(recorder.dump, path)
 
 
-def parse_limits(argv: Sequence[str]) -> TaskLimits:
+def parse_args(argv: Sequence[str]) -> tuple[TaskLimits, tuple[str, int] | None]:
+    """The task limits, and ``(host, port)`` to serve WebSocket on (None: stdio)."""
     env = os.environ
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--ws", metavar="HOST:PORT", type=parse_host_port, help="serve over WebSocket instead of stdio"
+    )
     parser.add_argument(
         "--default-ttl-ms", type=int, default=int(env.get("BENCH_DEFAULT_TTL_MS", LONG_TTL_MS))
     )
@@ -95,21 +106,38 @@ def parse_limits(argv: Sequence[str]) -> TaskLimits:
     parser.add_argument("--max-live", type=int, default=int(env.get("BENCH_MAX_LIVE", DEFAULT_MAX_LIVE)))
     args = parser.parse_args(argv)
     max_ttl = args.max_ttl_ms if args.max_ttl_ms is not None else max(args.default_ttl_ms, LONG_TTL_MS)
-    return TaskLimits(
+    limits = TaskLimits(
         default_ttl_ms=args.default_ttl_ms,
         max_ttl_ms=max_ttl,
         max_live_tasks_per_owner=args.max_live,
     )
+    return limits, args.ws
+
+
+async def serve_ws(server: Server, host: str, port: int) -> None:
+    """Serve ``server`` over WebSocket until stdin closes; print ``ws-port PORT`` once listening."""
+    async with trio.open_nursery() as nursery:
+        bound = await nursery.start(functools.partial(serve_websocket, server, host, port))
+        print(f"ws-port {bound}", flush=True)
+        stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+        async with stdin:
+            while await stdin.receive_some():
+                pass
+        nursery.cancel_scope.cancel()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    limits = parse_limits(sys.argv[1:] if argv is None else argv)
+    limits, ws = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     if gc_log := os.environ.get("BENCH_GC_LOG"):
         record_gc(gc_log)
     if os.environ.get("BENCH_TUNE_GC", "1") == "1":
         tune_gc()
-    trio.run(build_server(limits).serve_stdio)
+    server = build_server(limits)
+    if ws is None:
+        trio.run(server.serve_stdio)
+    else:
+        trio.run(serve_ws, server, *ws)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """The workloads: each starts its own server process, drives it, and runs the same request
-pattern against the raw floor for comparison.
+pattern against the raw floor for comparison. The WebSocket workloads run the create, get and
+cancel patterns against the same server served over WebSocket, and compare with the stdio
+figures of the same run instead.
 
 Every figure is a plain dict (JSON-ready). A *stat* describes one timed pipelined run::
 
@@ -23,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .client import LoadClient, Request, RunResult, merge
+from .client import LoadClient, Request, RunResult, WsLoadClient, merge
 
 BENCH_DIR = Path(__file__).resolve().parent
 SERVER_SCRIPT = BENCH_DIR / "server.py"
@@ -57,6 +59,8 @@ class Sizes:
     floor_repeats: int = 3
     """The floor is measured this many times and its best run kept."""
     sleep_seconds: float = 3600.0
+    ws: bool = True
+    """Also run create, get and cancel (at the main L) over WebSocket."""
     churn_tasks: int = 100_000
     """Short-TTL ``echo`` tasks in the churn workload; 0 skips it."""
     churn_chunk: int = 10_000
@@ -116,14 +120,16 @@ def task_ids(run: RunResult, what: str) -> list[str]:
 class Target:
     """A child process under load (the server under test or the floor), handshake done."""
 
-    def __init__(self, argv: Sequence[str], *, record_gc: bool) -> None:
+    def __init__(
+        self, argv: Sequence[str], *, record_gc: bool, client: type[LoadClient] = LoadClient
+    ) -> None:
         self.gc_path: str | None = None
         env = dict(os.environ)
         if record_gc:
             fd, self.gc_path = tempfile.mkstemp(prefix="bench-gc-", suffix=".json")
             os.close(fd)
             env["BENCH_GC_LOG"] = self.gc_path
-        self.client = LoadClient(argv, env=env)
+        self.client = client(argv, env=env)
         self.client.handshake()
         self.gc: dict[str, Any] | None = None
 
@@ -154,6 +160,15 @@ class Target:
 
 def server(*args: str) -> Target:
     return Target([sys.executable, str(SERVER_SCRIPT), *args], record_gc=True)
+
+
+def ws_server(*args: str) -> Target:
+    """The same server, served over WebSocket on a free port of 127.0.0.1."""
+    return Target(
+        [sys.executable, str(SERVER_SCRIPT), "--ws", "127.0.0.1:0", *args],
+        record_gc=True,
+        client=WsLoadClient,
+    )
 
 
 def floor() -> Target:
@@ -197,16 +212,22 @@ def settled_rss(target: Target, seconds: float) -> int:
 
 
 # -- workloads 1 and 2: create, result ----------------------------------------------------------
+def timed_creates(srv: Target, sizes: Sizes) -> tuple[RunResult, list[str]]:
+    """Warm up, then the timed run of N task-augmented echo calls; the run and the task ids."""
+    w = sizes.window
+    warm = task_ids(srv.run(create_echo(sizes.warmup), w), "warm-up create")
+    srv.run(by_id("tasks/result", warm), w)
+    srv.client.ping()
+    created = srv.run(create_echo(sizes.n), w)
+    return created, task_ids(created, "create")
+
+
 def create_and_result(sizes: Sizes, raw: Target, log: Callable[[str], None]) -> dict[str, Any]:
     """N task-augmented echo calls until every CreateTaskResult is in; then tasks/result for each."""
     w = sizes.window
     srv = server()
     try:
-        warm = task_ids(srv.run(create_echo(sizes.warmup), w), "warm-up create")
-        srv.run(by_id("tasks/result", warm), w)
-        srv.client.ping()
-        created = srv.run(create_echo(sizes.n), w)
-        ids = task_ids(created, "create")
+        created, ids = timed_creates(srv, sizes)
         srv.client.ping()
         srv.client.settle(min(sizes.settle, 0.5))  # every echo has finished before results are asked
         results = srv.run(by_id("tasks/result", ids), w)
@@ -227,12 +248,28 @@ def create_and_result(sizes: Sizes, raw: Target, log: Callable[[str], None]) -> 
 
 
 # -- workloads 3 to 6: get and cancel under L live tasks, memory -------------------------------
-def at_scale(live: int, sizes: Sizes, raw: Target, log: Callable[[str], None]) -> dict[str, Any]:
-    """L idle live sleep tasks: RSS per task, tasks/get for each, then tasks/cancel for each."""
-    w = sizes.window
-    srv = server()
-    probe_n = max(1, min(sizes.probe, live // 10))
-    try:
+@dataclass
+class ScaleRuns:
+    """The server side of workloads 3 to 5 at one L: the timed runs and what they were given."""
+
+    live: int
+    ids: list[str]
+    get_ids: list[str]
+    probe_n: int
+    round_sizes: list[int]
+    created: RunResult
+    got: RunResult
+    probe: RunResult
+    cancelled: RunResult
+    rss_before_kib: int
+    rss_after_kib: int
+
+    @classmethod
+    def measure(cls, srv: Target, live: int, sizes: Sizes) -> ScaleRuns:
+        """L idle live sleep tasks: RSS before and after, tasks/get for each (at least
+        ``get_min``), ``probe_n`` cancels one at a time, then cancels in rounds of L."""
+        w = sizes.window
+        probe_n = max(1, min(sizes.probe, live // 10))
         warm = task_ids(srv.run(create_sleep(sizes.warmup, sizes.sleep_seconds), w), "warm-up create")
         srv.run(by_id("tasks/get", warm), w)
         srv.run(by_id("tasks/cancel", warm), w)
@@ -242,6 +279,8 @@ def at_scale(live: int, sizes: Sizes, raw: Target, log: Callable[[str], None]) -
         rss_after = settled_rss(srv, sizes.settle)
         get_ids = [ids[i % live] for i in range(max(live, sizes.get_min))]
         got = srv.run(by_id("tasks/get", get_ids), w)
+        if got.errors:
+            raise RuntimeError(f"tasks/get: {len(got.errors)} errors, e.g. {next(iter(got.errors.values()))}")
         probe = srv.run(by_id("tasks/cancel", ids[:probe_n]), 1)
         rounds = [srv.run(by_id("tasks/cancel", ids[probe_n:]), w)]
         round_sizes = [live - probe_n]
@@ -256,8 +295,27 @@ def at_scale(live: int, sizes: Sizes, raw: Target, log: Callable[[str], None]) -
         ]
         if not_cancelled:
             raise RuntimeError(f"tasks/cancel answered a task that is not cancelled: {not_cancelled[0]}")
+        return cls(
+            live, ids, get_ids, probe_n, round_sizes, created, got, probe, cancelled, rss_before, rss_after
+        )
+
+    def memory(self) -> dict[str, Any]:
+        return {
+            "rss_before_kib": self.rss_before_kib,
+            "rss_after_kib": self.rss_after_kib,
+            "bytes_per_task": round((self.rss_after_kib - self.rss_before_kib) * 1024 / self.live, 1),
+        }
+
+
+def at_scale(live: int, sizes: Sizes, raw: Target, log: Callable[[str], None]) -> dict[str, Any]:
+    """L idle live sleep tasks: RSS per task, tasks/get for each, then tasks/cancel for each."""
+    w = sizes.window
+    srv = server()
+    try:
+        runs = ScaleRuns.measure(srv, live, sizes)
     finally:
         srv.close()
+    ids, get_ids, probe_n, round_sizes = runs.ids, runs.get_ids, runs.probe_n, runs.round_sizes
 
     floor_get = best([raw.run(by_id("tasks/get", get_ids), w) for _ in range(sizes.floor_repeats)])
     floor_probe = best([raw.run(by_id("tasks/cancel", ids[:probe_n]), 1) for _ in range(sizes.floor_repeats)])
@@ -269,18 +327,14 @@ def at_scale(live: int, sizes: Sizes, raw: Target, log: Callable[[str], None]) -
     )
     point: dict[str, Any] = {
         "L": live,
-        "create_sleep": srv.stat(created),
-        "get": compare(srv.stat(got), stat(floor_get)),
+        "create_sleep": srv.stat(runs.created),
+        "get": compare(srv.stat(runs.got), stat(floor_get)),
         "cancel": {
-            **compare(srv.stat(cancelled), stat(floor_cancel)),
+            **compare(srv.stat(runs.cancelled), stat(floor_cancel)),
             "rounds": len(round_sizes),
-            "probe": {"window": 1, "server": srv.stat(probe), "floor": stat(floor_probe)},
+            "probe": {"window": 1, "server": srv.stat(runs.probe), "floor": stat(floor_probe)},
         },
-        "memory": {
-            "rss_before_kib": rss_before,
-            "rss_after_kib": rss_after,
-            "bytes_per_task": round((rss_after - rss_before) * 1024 / live, 1),
-        },
+        "memory": runs.memory(),
         "server_gc": srv.gc,
     }
     log(
@@ -291,7 +345,67 @@ def at_scale(live: int, sizes: Sizes, raw: Target, log: Callable[[str], None]) -
     return point
 
 
-# -- workload 7: TTL churn --------------------------------------------------------------------------
+# -- workload 7: create, get and cancel over WebSocket ------------------------------------------
+def vs_stdio(ws_stat: dict[str, Any], stdio_stat: dict[str, Any]) -> dict[str, Any]:
+    """``ratio``: WebSocket rate / stdio rate; ``cpu_ratio``: stdio server CPU per request /
+    WebSocket server CPU per request. Below 1: the WebSocket transport costs more."""
+    ws_cpu, stdio_cpu = ws_stat["cpu_us_per_request"], stdio_stat["cpu_us_per_request"]
+    return {
+        "ws": ws_stat,
+        "stdio": stdio_stat,
+        "ratio": round(ws_stat["rate"] / stdio_stat["rate"], 4) if stdio_stat["rate"] else 0.0,
+        "cpu_ratio": round(stdio_cpu / ws_cpu, 4) if ws_cpu else 0.0,
+    }
+
+
+def websocket(
+    sizes: Sizes, stdio: dict[str, Any], point: dict[str, Any], log: Callable[[str], None]
+) -> dict[str, Any]:
+    """Workloads 1, 3 and 4 over WebSocket: N echo creates, then at the main L the gets and
+    cancels, each against a fresh server as over stdio, with the same client window.
+
+    ``stdio`` is the create figure and ``point`` the scaling point at the main L, both from
+    this run's stdio workloads: every figure is reported as a ratio to them.
+    """
+    live = point["L"]
+    srv = ws_server()
+    try:
+        created, _ = timed_creates(srv, sizes)
+    finally:
+        srv.close()
+    create = {"n": sizes.n, **vs_stdio(srv.stat(created), stdio["server"])}
+    srv = ws_server()
+    try:
+        runs = ScaleRuns.measure(srv, live, sizes)
+    finally:
+        srv.close()
+    probe = vs_stdio(srv.stat(runs.probe), point["cancel"]["probe"]["server"])
+    out = {
+        "create": create,
+        "get": {"L": live, **vs_stdio(srv.stat(runs.got), point["get"]["server"])},
+        "cancel": {
+            "L": live,
+            **vs_stdio(srv.stat(runs.cancelled), point["cancel"]["server"]),
+            "rounds": len(runs.round_sizes),
+            "probe": {"window": 1, **probe},
+        },
+        "create_sleep": {"L": live, **vs_stdio(srv.stat(runs.created), point["create_sleep"])},
+        "memory": {"L": live, **runs.memory()},
+        "server_gc": srv.gc,
+    }
+    for name in ("create", "get", "cancel"):
+        entry = out[name]
+        size = f"N={sizes.n}" if name == "create" else f"L={live}"
+        log(
+            f"  ws {name}: {size} {entry['ws']['rate']:.0f}/s (stdio {entry['stdio']['rate']:.0f}/s, "
+            f"x{entry['ratio']:.3f}; CPU {entry['ws']['cpu_us_per_request']:.0f} vs "
+            f"{entry['stdio']['cpu_us_per_request']:.0f} us/req), p50 {entry['ws']['p50_ms']:.2f} ms "
+            f"p99 {entry['ws']['p99_ms']:.2f} ms"
+        )
+    return out
+
+
+# -- workload 8: TTL churn --------------------------------------------------------------------------
 def churn(sizes: Sizes, log: Callable[[str], None]) -> dict[str, Any]:
     """Many short-TTL echo tasks created over time; all must expire and memory come back."""
     w = sizes.window

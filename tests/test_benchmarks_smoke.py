@@ -30,6 +30,14 @@ def _compared(entry: dict[str, Any]) -> None:
     assert "full_gc" in entry["server"]  # the server recorded its collections
 
 
+def _versus_stdio(entry: dict[str, Any]) -> None:
+    _positive_stat(entry["ws"])
+    _positive_stat(entry["stdio"])
+    assert entry["ratio"] > 0
+    assert entry["cpu_ratio"] > 0
+    assert "full_gc" in entry["ws"]  # the WebSocket server recorded its collections too
+
+
 def test_smoke_run_covers_every_workload(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     proc = subprocess.run(
@@ -44,7 +52,7 @@ def test_smoke_run_covers_every_workload(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert data["machine"]["nproc"] >= 1
     w = data["workloads"]
-    assert set(w) >= {"create", "result", "get", "cancel", "memory", "scaling", "churn"}
+    assert set(w) >= {"create", "result", "get", "cancel", "memory", "scaling", "ws", "churn"}
 
     _compared(w["create"])
     _compared(w["result"])
@@ -61,6 +69,20 @@ def test_smoke_run_covers_every_workload(tmp_path: Path) -> None:
     assert w["scaling"]["get_rate_ratio"] > 0
     assert w["scaling"]["cancel_rate_ratio"] > 0
     assert w["memory"]["bytes_per_task"] > 0
+
+    ws = w["ws"]
+    _versus_stdio(ws["create"])
+    _versus_stdio(ws["get"])
+    _versus_stdio(ws["cancel"])
+    _versus_stdio(ws["cancel"]["probe"])
+    assert ws["create"]["n"] == w["create"]["n"]
+    assert ws["create"]["stdio"] == w["create"]["server"]  # the ratio is to this run's stdio figure
+    assert ws["get"]["L"] == ws["cancel"]["L"] == w["get"]["L"]
+    assert ws["get"]["stdio"] == w["get"]["server"]
+    assert ws["cancel"]["stdio"] == w["cancel"]["server"]
+    assert ws["memory"]["bytes_per_task"] > 0
+    for row in ("7 ws create", "7 ws get", "7 ws cancel"):
+        assert row in proc.stdout
 
     churn = w["churn"]
     assert churn["create_rate"] > 0

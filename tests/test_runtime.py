@@ -10,7 +10,7 @@ import trio.testing
 
 from trio_mcp.actors.runtime import Mailbox, MailboxClosed, MailboxFull, Reply, supervised
 from trio_mcp.actors.supervisor import CreateTask, Route, TaskSupervisor
-from trio_mcp.actors.task_actor import AwaitResult, Poll, Start, TaskActor, TaskOutcome
+from trio_mcp.actors.task_actor import AwaitResult, Cancel, Poll, Start, TaskActor, TaskOutcome
 from trio_mcp.protocol.errors import INTERNAL_ERROR, McpError
 from trio_mcp.protocol.messages import Task
 from trio_mcp.protocol.tasks import TaskStatus
@@ -147,3 +147,34 @@ async def test_a_crashing_session_closes_only_its_connection(autojump_clock: Any
             nursery.cancel_scope.cancel()
     finally:
         SessionActor.on_notification = original  # type: ignore[method-assign]
+
+
+async def test_a_handler_crash_during_cancel_is_contained(autojump_clock: Any) -> None:
+    supervisor = TaskSupervisor()
+
+    def explode_on_cancel(task: Task) -> None:
+        if task.status == TaskStatus.CANCELLED:
+            raise RuntimeError("observer bug")  # raised while the supervisor runs the handler
+
+    async def work(actor: TaskActor) -> TaskOutcome:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        created: Reply[TaskActor] = Reply()
+        supervisor.tell(CreateTask("owner", work, None, explode_on_cancel, created))
+        actor = await created.wait()
+        supervisor.tell(Route("owner", actor.task_id, Start()))
+        cancel: Reply[Task] = Reply()
+        supervisor.tell(Route("owner", actor.task_id, Cancel(cancel)))
+        with pytest.raises(McpError) as info:
+            await cancel.wait()  # answered, not left hanging
+        assert info.value.code == INTERNAL_ERROR and "observer bug" in info.value.message
+        result: Reply[TaskOutcome] = Reply()
+        supervisor.tell(Route("owner", actor.task_id, AwaitResult(result)))
+        with pytest.raises(McpError):
+            await result.wait()
+        await trio.testing.wait_all_tasks_blocked()
+        assert supervisor.live_count("owner") == 0  # the work was cancelled and forgotten
+        nursery.cancel_scope.cancel()

@@ -129,7 +129,6 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self._live: dict[object, set[str]] = {}
         self._timer = trio.CancelScope()
         self._nursery: trio.Nursery | None = None
-        self._pending_after_crash: list[tuple[TaskActor, Poll | AwaitResult | Cancel]] = []
 
     def now_iso(self) -> str:
         return format_timestamp(self._wall_clock())
@@ -223,9 +222,10 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             actor.receive(message)
         except Exception as exc:
             log.error("task actor %s crashed: %r", actor.task_id, exc, exc_info=exc)
-            self._on_crash(actor, exc)
-            if not isinstance(message, Stop) and not message.reply.answered:
-                self._pending_after_crash.append((actor, message))
+            self.tracer("actor.crash", {"actor": "TaskActor", "name": actor.task_id, "error": repr(exc)})
+            failure = self._crashed(actor, exc)  # we are the supervisor's task: settle it now
+            if not isinstance(message, Stop):
+                message.reply.fail(failure)
 
     def _list(self, message: ListTasks) -> None:
         try:
@@ -259,7 +259,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self.tracer("actor.crash", {"actor": "TaskActor", "name": actor.task_id, "error": repr(error)})
         self.mailbox.put(_Crashed(actor, error), system=True)
 
-    def _crashed(self, actor: TaskActor, error: BaseException) -> None:
+    def _crashed(self, actor: TaskActor, error: BaseException) -> McpError:
         # The actor is broken, so its state is ours now: settle it as failed, keeping the error.
         failure = McpError(INTERNAL_ERROR, f"Internal error: task actor crashed: {error!r}")
         if actor.outcome is None:
@@ -272,11 +272,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 last_updated_at=self.now_iso(),
             )
         actor.abort(failure)  # it stays in the table: later questions get its final state
-        for crashed, message in self._pending_after_crash:
-            if crashed is actor:
-                message.reply.fail(failure)
-        self._pending_after_crash = [p for p in self._pending_after_crash if p[0] is not actor]
         self._forget_live(actor.owner, actor.task_id)
+        return failure
 
     # -- TTL ------------------------------------------------------------------------------
     async def _expire_loop(self) -> None:
