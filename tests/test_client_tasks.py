@@ -3,13 +3,15 @@ and follows them with tasks/get, tasks/result, tasks/list and tasks/cancel sent 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
-from trio_mcp import Context, Server, connect_in_memory
+from trio_mcp import Client, Context, Server
 from trio_mcp.protocol.errors import INVALID_REQUEST, McpError
 from trio_mcp.protocol.messages import (
     RELATED_TASK_KEY,
@@ -18,8 +20,16 @@ from trio_mcp.protocol.messages import (
     ElicitRequestParams,
     ElicitResult,
 )
+from trio_mcp.testing import open_harness
 
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}}
+
+
+@asynccontextmanager
+async def kit_client(server: Server, **options: Any) -> AsyncIterator[Client]:
+    """A client on the testing kit's harness (mock clock, trace, watchdog)."""
+    async with open_harness(server, **options) as harness:
+        yield harness.client
 
 
 def make_server() -> Server:
@@ -61,7 +71,7 @@ async def test_server_runs_an_elicitation_task_on_the_client(autojump_clock: Any
         await trio.sleep(3)  # the user takes a while: the server polls meanwhile
         return ElicitResult(action="accept", content={"answer": "Ada"})
 
-    async with connect_in_memory(make_server(), on_elicit=human) as client:
+    async with kit_client(make_server(), on_elicit=human) as client:
         assert client.capabilities["tasks"]["requests"] == {"elicitation": {"create": {}}}
         created = await client.call_tool_as_task("survey", {})
         result = await client.task_result(created.task.task_id)
@@ -81,7 +91,7 @@ async def test_server_cancels_a_client_task_and_the_handler_stops(autojump_clock
             stopped.append(params.message)
         raise AssertionError("unreachable")
 
-    async with connect_in_memory(make_server(), on_elicit=human) as client:
+    async with kit_client(make_server(), on_elicit=human) as client:
         result = await client.call_tool("abandon", {})
         assert result.text == "cancelled cancelled"
         await trio.testing.wait_all_tasks_blocked()
@@ -92,12 +102,12 @@ async def test_sampling_task_on_the_client(autojump_clock: Any) -> None:
     async def model(params: CreateMessageParams) -> CreateMessageResult:
         return CreateMessageResult(role="assistant", content={"type": "text", "text": "4"}, model="m")
 
-    async with connect_in_memory(make_server(), on_sample=model) as client:
+    async with kit_client(make_server(), on_sample=model) as client:
         assert (await client.call_tool("think", {})).text == "4"
 
 
 async def test_no_task_augmented_request_to_a_client_that_did_not_declare_it(autojump_clock: Any) -> None:
-    async with connect_in_memory(make_server()) as client:
+    async with kit_client(make_server()) as client:
         assert "tasks" not in client.capabilities
         with pytest.raises(McpError) as info:
             await client.call_tool("survey", {})
@@ -121,7 +131,7 @@ def probe_server() -> Server:
 
 
 async def test_client_without_receiver_refuses_tasks_requests(autojump_clock: Any) -> None:
-    async with connect_in_memory(probe_server()) as client:
+    async with kit_client(probe_server()) as client:
         assert (await client.call_tool("probe", {})).text == "-32601"
 
 
@@ -129,5 +139,5 @@ async def test_client_task_ids_of_another_peer_are_not_found(autojump_clock: Any
     async def human(params: ElicitRequestParams) -> ElicitResult:
         return ElicitResult(action="decline")
 
-    async with connect_in_memory(probe_server(), on_elicit=human) as client:
+    async with kit_client(probe_server(), on_elicit=human) as client:
         assert (await client.call_tool("probe", {})).text == "-32602"

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
-from trio_mcp import Context, McpError, Server, TaskStatus, connect, connect_in_memory
+from trio_mcp import Client, Context, McpError, Server, TaskStatus
 from trio_mcp.protocol.errors import INVALID_REQUEST
 from trio_mcp.protocol.messages import (
     MODEL_IMMEDIATE_RESPONSE_KEY,
@@ -20,9 +22,16 @@ from trio_mcp.protocol.messages import (
     ProgressParams,
     Task,
 )
-from trio_mcp.transports.memory import memory_transport_pair
+from trio_mcp.testing import open_harness
 
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+
+
+@asynccontextmanager
+async def kit_client(server: Server, **options: Any) -> AsyncIterator[Client]:
+    """A client on the testing kit's harness (mock clock, trace, watchdog)."""
+    async with open_harness(server, **options) as harness:
+        yield harness.client
 
 
 class Record:
@@ -77,7 +86,7 @@ class Human:
 
 async def test_elicitation_in_a_task_goes_input_required_and_back(autojump_clock: Any) -> None:
     record, human = Record(), Human()
-    async with connect_in_memory(make_server(record), on_elicit=human) as client:
+    async with kit_client(make_server(record), on_elicit=human) as client:
         statuses: list[TaskStatus] = []
         client.status_callbacks.append(lambda t: statuses.append(t.status))
         created = await client.call_tool_as_task("ask", {"question": "meaning of life?"})
@@ -98,7 +107,7 @@ async def test_elicitation_in_a_task_goes_input_required_and_back(autojump_clock
 
 async def test_elicitation_while_two_result_waiters_are_open(autojump_clock: Any) -> None:
     record, human = Record(), Human()
-    async with connect_in_memory(make_server(record), on_elicit=human) as client:
+    async with kit_client(make_server(record), on_elicit=human) as client:
         task_id = (await client.call_tool_as_task("ask", {"question": "q"})).task.task_id
         answers: list[str] = []
 
@@ -118,7 +127,7 @@ async def test_elicitation_while_two_result_waiters_are_open(autojump_clock: Any
 async def test_decline_and_cancel_reach_the_tool(action: str, autojump_clock: Any) -> None:
     human = Human(action=action)
     human.go.set()
-    async with connect_in_memory(make_server(Record()), on_elicit=human) as client:
+    async with kit_client(make_server(Record()), on_elicit=human) as client:
         task_id = (await client.call_tool_as_task("ask", {"question": "q"})).task.task_id
         assert (await client.task_result(task_id)).text == f"action: {action}"
 
@@ -126,7 +135,7 @@ async def test_decline_and_cancel_reach_the_tool(action: str, autojump_clock: An
 async def test_cancel_during_input_required_stops_waiting_at_once(autojump_clock: Any) -> None:
     record, human = Record(), Human()
     cancelled_requests: list[Any] = []
-    async with connect_in_memory(make_server(record), on_elicit=human) as client:
+    async with kit_client(make_server(record), on_elicit=human) as client:
         original = client.on_notification
 
         async def spy(notification: Any) -> None:
@@ -149,24 +158,21 @@ async def test_cancel_during_input_required_stops_waiting_at_once(autojump_clock
 
 async def test_client_disconnect_during_input_required_cancels_the_task(autojump_clock: Any) -> None:
     record, human = Record(), Human()
-    server = make_server(record)
-    async with server.open() as runtime, trio.open_nursery() as nursery:
-        client_side, server_side = memory_transport_pair()
-        nursery.start_soon(runtime.serve, server_side)
-        async with connect(client_side, on_elicit=human) as client:
+    async with open_harness(make_server(record)) as harness:
+        async with harness.connect(on_elicit=human) as client:
             await client.call_tool_as_task("ask", {"question": "q"})
-            await trio.testing.wait_all_tasks_blocked()
+            await harness.settle()
             assert len(human.seen) == 1
-        await trio.testing.wait_all_tasks_blocked()
+        await harness.settle()
         assert record.cleaned_up == 1
-        assert len(runtime.supervisor.store) == 0
-        nursery.cancel_scope.cancel()
+        assert len(harness.runtime.supervisor.store) == 0
+        harness.trace.assert_statuses("task-1", "working", "input_required")  # removed, never finished
 
 
 async def test_progress_continues_across_input_required(autojump_clock: Any) -> None:
     human = Human()
     human.go.set()
-    async with connect_in_memory(make_server(Record()), on_elicit=human) as client:
+    async with kit_client(make_server(Record()), on_elicit=human) as client:
         progress: list[ProgressParams] = []
         created = await client.call_tool_as_task("ask", {"question": "q"}, on_progress=progress.append)
         await client.task_result(created.task.task_id)
@@ -174,7 +180,7 @@ async def test_progress_continues_across_input_required(autojump_clock: Any) -> 
 
 
 async def test_without_the_capability_elicitation_is_refused(autojump_clock: Any) -> None:
-    async with connect_in_memory(make_server(Record())) as client:  # no on_elicit: not declared
+    async with kit_client(make_server(Record())) as client:  # no on_elicit: not declared
         assert "elicitation" not in client.capabilities
         task_id = (await client.call_tool_as_task("ask", {"question": "q"})).task.task_id
         with pytest.raises(McpError) as info:
@@ -189,7 +195,7 @@ async def test_without_the_capability_elicitation_is_refused(autojump_clock: Any
 async def test_plain_call_elicits_as_an_ordinary_request(autojump_clock: Any) -> None:
     human = Human(answer="plain")
     human.go.set()
-    async with connect_in_memory(make_server(Record()), on_elicit=human) as client:
+    async with kit_client(make_server(Record()), on_elicit=human) as client:
         result = await client.call_tool("ask", {"question": "q"})
         assert result.text == "answer: plain"
         assert human.seen[0].meta is None  # no task, no related-task metadata
@@ -202,7 +208,7 @@ async def test_sampling_from_a_task(autojump_clock: Any) -> None:
         asked.append(params)
         return CreateMessageResult(role="assistant", content={"type": "text", "text": "short"}, model="m-1")
 
-    async with connect_in_memory(make_server(Record()), on_sample=model) as client:
+    async with kit_client(make_server(Record()), on_sample=model) as client:
         task_id = (await client.call_tool_as_task("summarize", {"text": "long story"})).task.task_id
         assert (await client.task_result(task_id)).text == "m-1: short"
         [params] = asked

@@ -218,6 +218,9 @@ class Endpoint:
             if result is not NO_RESPONSE:
                 await self.respond(request.id, result)
 
+    def on_disconnect(self) -> None:
+        """Called once when the peer is gone, before pending requests fail (override)."""
+
     async def on_request(self, request: jsonrpc.Request) -> None:
         await self.respond_error(request.id, McpError(-32601, f"Method not found: {request.method}"))
 
@@ -237,5 +240,6 @@ class Endpoint:
             raise
         finally:
             self.closed = True
+            self.on_disconnect()
             self._fail_pending()
             self._out_send.close()

@@ -116,14 +116,15 @@ class SessionActor(Endpoint):
                 await self.run_connection(nursery)
                 nursery.cancel_scope.cancel()  # requests still running have no one to answer
         finally:
-            if self.connection_owned:
-                try:
-                    self.supervisor.mailbox.put(OwnerGone(self.owner), system=True)
-                except Exception:  # the supervisor is already gone: so are the tasks
-                    pass
             with trio.CancelScope(shield=True):
                 await self.transport.aclose()
             trace("actor.stop", {"actor": "SessionActor", "name": self.name})
+
+    def on_disconnect(self) -> None:
+        # Remove the connection's tasks first, so their work is cancelled before the requests
+        # they have open to this client fail: a disconnect cancels, it does not fail them.
+        if self.connection_owned:
+            self.supervisor.deliver_now(OwnerGone(self.owner))
 
     # -- dispatch -------------------------------------------------------------------------
     async def on_request(self, request: jsonrpc.Request) -> None:

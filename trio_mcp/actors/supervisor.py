@@ -145,6 +145,14 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             while True:
                 self._handle(await self.mailbox.get())
 
+    def deliver_now(self, message: SupervisorMessage) -> None:
+        """Handle ``message`` in the caller's Trio task, to completion, before returning.
+
+        Every handler of this actor runs to completion (none waits), so this is as atomic as
+        the mailbox; use it where ordering against the caller's next step matters (a session
+        removing its tasks before it fails its pending requests)."""
+        self._handle(message)
+
     def _handle(self, message: SupervisorMessage) -> None:
         if isinstance(message, Route):
             self._route(message)

@@ -163,7 +163,8 @@ class TaskActor:
             yield
         finally:
             self._input_waits -= 1
-            if self._input_waits == 0 and self.task.status == TaskStatus.INPUT_REQUIRED:
+            stopped = self._stopped is not None  # removed: its state is final
+            if self._input_waits == 0 and self.task.status == TaskStatus.INPUT_REQUIRED and not stopped:
                 self._transition(TaskStatus.WORKING, None)
 
     def set_status_message(self, message: str | None) -> None:
