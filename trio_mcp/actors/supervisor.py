@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import functools
 import heapq
 import logging
 import math
@@ -29,7 +28,7 @@ import trio
 from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, TASK_LIMIT_REACHED, McpError
 from ..protocol.messages import Task
 from ..protocol.tasks import TaskStatus, format_timestamp
-from .runtime import Actor, Reply, supervised
+from .runtime import Actor, Reply
 from .store import InvalidCursor, MemoryTaskStore, TaskEntry, TaskStore
 from .task_actor import EXPIRED, AwaitResult, Cancel, Poll, Start, Stop, TaskActor, TaskOutcome, Work
 from .trace import Tracer, no_trace
@@ -209,9 +208,6 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self._timer.deadline = deadline
         message.reply.send(actor)
 
-    async def _run_work(self, actor: TaskActor) -> None:
-        await supervised(actor.run_work, functools.partial(self._on_crash, actor), f"task {actor.task_id}")
-
     def _route(self, message: Route) -> None:
         entry = self.store.get(message.task_id)
         if entry is None or entry.owner != message.owner:
@@ -220,7 +216,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             return
         if isinstance(message.message, Start):
             assert self._nursery is not None
-            self._nursery.start_soon(self._run_work, entry.actor)
+            self._nursery.start_soon(entry.actor.run_work, self._on_crash)
         else:
             self._deliver(entry.actor, message.message)
 
@@ -264,6 +260,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self.mailbox.put(_Ended(actor), system=True)
 
     def _on_crash(self, actor: TaskActor, error: BaseException) -> None:
+        log.error("task actor %s crashed: %r", actor.task_id, error, exc_info=error)
         self.tracer("actor.crash", {"actor": "TaskActor", "name": actor.task_id, "error": repr(error)})
         self.mailbox.put(_Crashed(actor, error), system=True)
 

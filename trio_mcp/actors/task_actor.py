@@ -190,19 +190,26 @@ class TaskActor:
             waiter.send(self.outcome)
 
     # -- the work: a Trio task the supervisor spawns on Start -------------------------------
-    async def run_work(self) -> None:
-        """Run the work in the task's cancel scope and settle the task with its outcome."""
+    async def run_work(self, on_crash: Callable[[TaskActor, BaseException], None]) -> None:
+        """Run the work in the task's cancel scope and settle the task with its outcome.
+
+        The work's own errors settle the task (``failed``); an error of this actor itself is
+        a crash, reported to ``on_crash`` (its supervisor) rather than raised into the nursery.
+        """
         outcome: TaskOutcome | None = None
-        with self._scope:
-            try:
-                outcome = await self._work(self)
-            except McpError as exc:
-                outcome = TaskOutcome.from_error(exc)
-            except Exception as exc:
-                outcome = TaskOutcome.from_error(McpError(INTERNAL_ERROR, f"Internal error: {exc}"))
-        if outcome is not None and not self.task.status.is_terminal and self._stopped is None:
-            status = TaskStatus.FAILED if outcome.failed else TaskStatus.COMPLETED
-            self._finish(status, outcome, outcome.message)
+        try:
+            with self._scope:
+                try:
+                    outcome = await self._work(self)
+                except McpError as exc:
+                    outcome = TaskOutcome.from_error(exc)
+                except Exception as exc:
+                    outcome = TaskOutcome.from_error(McpError(INTERNAL_ERROR, f"Internal error: {exc}"))
+            if outcome is not None and not self.task.status.is_terminal and self._stopped is None:
+                status = TaskStatus.FAILED if outcome.failed else TaskStatus.COMPLETED
+                self._finish(status, outcome, outcome.message)
+        except Exception as exc:
+            on_crash(self, exc)
 
     # -- messages (synchronous: each runs to completion) ------------------------------------
     def receive(self, message: Poll | AwaitResult | Cancel | Stop) -> None:
