@@ -60,6 +60,9 @@ class RunResult:
     """CPU seconds the child (server or floor) used during the timed part."""
     client_cpu: float = 0.0
     """CPU seconds this load client used during the timed part."""
+    reads: int = 0
+    """Reads that returned data during the timed part: count / reads is how many answers
+    arrive together, i.e. how well the server batches its writes under this load."""
 
     @property
     def rate(self) -> float:
@@ -88,6 +91,7 @@ def merge(runs: Sequence[RunResult]) -> RunResult:
         merged.windows.extend(run.windows)
         merged.peer_cpu += run.peer_cpu
         merged.client_cpu += run.client_cpu
+        merged.reads += run.reads
     return merged
 
 
@@ -253,7 +257,7 @@ class LoadClient:
         errors: dict[int, dict[str, Any]] = {}
         answered = [False] * n
         pending = self._pending
-        sent = done = 0
+        sent = done = reads = 0
         poller = select.poll()
         poller.register(self._rfd, select.POLLIN)
         writing = False
@@ -299,6 +303,7 @@ class LoadClient:
             if not chunk:
                 raise ServerGone(f"server exited ({self.process.poll()}) with {n - done} answers due")
             now = perf_counter()
+            reads += 1
             for line in split(chunk):
                 if not line or line.startswith(prefix):
                     self.notifications += 1
@@ -319,7 +324,7 @@ class LoadClient:
         client_cpu = time.process_time() - client_cpu
         peer_cpu = cpu_seconds(pid) - peer_cpu
         self._flush()
-        return RunResult(n, seconds, latencies, results, errors, [timed], peer_cpu, client_cpu)
+        return RunResult(n, seconds, latencies, results, errors, [timed], peer_cpu, client_cpu, reads)
 
     # -- internals --------------------------------------------------------------------------
     def _write_all(self, data: bytes) -> None:

@@ -269,6 +269,18 @@ def ws_table(ws: dict[str, Any], window: int) -> list[str]:
         "ratio = ws rate / stdio rate, CPU ratio = stdio CPU / ws CPU per request, of this run"
     ]
     lines += _aligned(head, rows)
+    client = ", ".join(
+        f"{name} {ws[name]['ws']['client_cpu_us_per_request']:.0f} / "
+        f"{ws[name]['stdio']['client_cpu_us_per_request']:.0f} us"
+        for name in ("create", "get", "cancel")
+    )
+    limited = [
+        name
+        for name in ("create", "get", "cancel")
+        if ws[name]["ws"]["client_cpu_us_per_request"] >= ws[name]["ws"]["cpu_us_per_request"]
+    ]
+    verdict = f"client-bound? {', '.join(limited)}" if limited else "all below the server's"
+    lines.append(f"  load client CPU per request, ws / stdio: {client} ({verdict})")
     per_task = ws["memory"]["bytes_per_task"] / 1024
     lines.append(f"  RSS per idle live sleep task over WebSocket, L={live}: {per_task:.2f} KiB")
     return lines

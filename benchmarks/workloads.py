@@ -186,6 +186,7 @@ def stat(run: RunResult) -> dict[str, Any]:
         "errors": len(run.errors),
         "cpu_us_per_request": round(run.peer_cpu / run.count * 1e6, 2) if run.count else 0.0,
         "client_cpu_us_per_request": round(run.client_cpu / run.count * 1e6, 2) if run.count else 0.0,
+        "answers_per_read": round(run.count / run.reads, 2) if run.reads else 0.0,
     }
 
 
@@ -380,7 +381,7 @@ def websocket(
     finally:
         srv.close()
     probe = vs_stdio(srv.stat(runs.probe), point["cancel"]["probe"]["server"])
-    out = {
+    out: dict[str, Any] = {
         "create": create,
         "get": {"L": live, **vs_stdio(srv.stat(runs.got), point["get"]["server"])},
         "cancel": {
