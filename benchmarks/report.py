@@ -96,43 +96,57 @@ def _row(cells: list[str], widths: list[int]) -> str:
     )
 
 
+COLUMNS = [
+    "workload",
+    "size",
+    "{a}",
+    "{b}",
+    "ratio",
+    "{a} CPU",
+    "{b} CPU",
+    "CPU ratio",
+    "p50 ms",
+    "p99 ms",
+    "max ms",
+    "full GC s (n)",
+]
+
+
+def _head(a: str, b: str) -> list[str]:
+    """The comparison table's header: subject ``a`` against baseline ``b``."""
+    return [c.format(a=a, b=b) for c in COLUMNS]
+
+
+def _comparison_row(
+    name: str, size: str, s: dict[str, Any], f: dict[str, Any], ratio: float, cpu_ratio: float
+) -> list[str]:
+    """One comparison row: the subject's figures ``s`` against the baseline's ``f``."""
+    gc = s.get("full_gc", {})
+    return [
+        name,
+        size,
+        _rate(s["rate"]),
+        _rate(f["rate"]),
+        f"{ratio:.3f}",
+        f"{s['cpu_us_per_request']:.1f} us",
+        f"{f['cpu_us_per_request']:.1f} us",
+        f"{cpu_ratio:.3f}",
+        f"{s['p50_ms']:.2f}",
+        f"{s['p99_ms']:.2f}",
+        f"{s['max_ms']:.0f}",
+        f"{gc.get('seconds', 0.0):.2f} ({gc.get('count', 0)})",
+    ]
+
+
 def table(results: dict[str, Any]) -> str:
     """The figures as a fixed-width text table, then the targets."""
     w = results["workloads"]
-    head = [
-        "workload",
-        "size",
-        "server",
-        "floor",
-        "ratio",
-        "server CPU",
-        "floor CPU",
-        "CPU ratio",
-        "p50 ms",
-        "p99 ms",
-        "max ms",
-        "full GC s (n)",
-    ]
+    head = _head("server", "floor")
     rows: list[list[str]] = []
 
     def add(name: str, size: str, entry: dict[str, Any]) -> None:
-        s, f = entry["server"], entry["floor"]
-        gc = s.get("full_gc", {})
         rows.append(
-            [
-                name,
-                size,
-                _rate(s["rate"]),
-                _rate(f["rate"]),
-                f"{entry['ratio']:.3f}",
-                f"{s['cpu_us_per_request']:.1f} us",
-                f"{f['cpu_us_per_request']:.1f} us",
-                f"{_cpu_ratio(entry):.3f}",
-                f"{s['p50_ms']:.2f}",
-                f"{s['p99_ms']:.2f}",
-                f"{s['max_ms']:.0f}",
-                f"{gc.get('seconds', 0.0):.2f} ({gc.get('count', 0)})",
-            ]
+            _comparison_row(name, size, entry["server"], entry["floor"], entry["ratio"], _cpu_ratio(entry))
         )
 
     add("1 create (echo task)", f"N={w['create']['n']}", w["create"])
@@ -222,40 +236,12 @@ def table(results: dict[str, Any]) -> str:
 
 def ws_table(ws: dict[str, Any], window: int) -> list[str]:
     """Workload 7: the WebSocket figures next to the stdio ones of the same run."""
-    head = [
-        "workload",
-        "size",
-        "ws",
-        "stdio",
-        "ratio",
-        "ws CPU",
-        "stdio CPU",
-        "CPU ratio",
-        "p50 ms",
-        "p99 ms",
-        "max ms",
-        "full GC s (n)",
-    ]
+    head = _head("ws", "stdio")
     rows: list[list[str]] = []
 
     def add(name: str, size: str, entry: dict[str, Any]) -> None:
-        s, f = entry["ws"], entry["stdio"]
-        gc = s.get("full_gc", {})
         rows.append(
-            [
-                name,
-                size,
-                _rate(s["rate"]),
-                _rate(f["rate"]),
-                f"{entry['ratio']:.3f}",
-                f"{s['cpu_us_per_request']:.1f} us",
-                f"{f['cpu_us_per_request']:.1f} us",
-                f"{entry['cpu_ratio']:.3f}",
-                f"{s['p50_ms']:.2f}",
-                f"{s['p99_ms']:.2f}",
-                f"{s['max_ms']:.0f}",
-                f"{gc.get('seconds', 0.0):.2f} ({gc.get('count', 0)})",
-            ]
+            _comparison_row(name, size, entry["ws"], entry["stdio"], entry["ratio"], entry["cpu_ratio"])
         )
 
     live = ws["get"]["L"]
