@@ -178,3 +178,41 @@ async def test_a_handler_crash_during_cancel_is_contained(autojump_clock: Any) -
         await trio.testing.wait_all_tasks_blocked()
         assert supervisor.live_count("owner") == 0  # the work was cancelled and forgotten
         nursery.cancel_scope.cancel()
+
+
+async def test_reply_continuation_runs_once_when_answered_or_at_once_if_already() -> None:
+    seen: list[int] = []
+    reply: Reply[int] = Reply()
+    reply.then(lambda result: seen.append(result.unwrap()))
+    assert seen == []
+    reply.send(7)
+    reply.send(8)  # first answer wins; the continuation does not run twice
+    assert seen == [7]
+    late: list[int] = []
+    reply.then(lambda result: late.append(result.unwrap()))
+    assert late == [7]
+
+
+async def test_a_busy_mailbox_reader_still_lets_others_run() -> None:
+    from trio_mcp.actors.runtime import YIELD_EVERY
+
+    box: Mailbox[int] = Mailbox(capacity=10_000)
+    for i in range(10 * YIELD_EVERY):
+        box.put(i)
+    progress: list[int] = []
+    drained = 0
+
+    async def other() -> None:
+        while drained < 10 * YIELD_EVERY:
+            progress.append(drained)
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other)
+        await trio.lowlevel.checkpoint()
+        for _ in range(10 * YIELD_EVERY):
+            await box.get()
+            drained += 1
+    # The other task ran while the backlog drained, and not after every single message.
+    assert len(progress) >= 5
+    assert len(progress) <= 10 * YIELD_EVERY // 2

@@ -594,3 +594,27 @@ async def test_stdio_server_end_to_end() -> None:
         with pytest.raises(trio.EndOfChannel):
             await transport.receive()
     assert transport.process.returncode == 0
+
+
+async def test_send_many_writes_every_message_framed_in_one_write() -> None:
+    from trio_mcp.transports.stdio import StreamTransport
+
+    writes: list[bytes] = []
+
+    class Recorder(trio.abc.SendStream):
+        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+            writes.append(bytes(data))
+
+        async def wait_send_all_might_not_block(self) -> None:
+            pass
+
+        async def aclose(self) -> None:
+            pass
+
+    _, receive = trio.testing.memory_stream_one_way_pair()
+    transport = StreamTransport(receive, Recorder())
+    await transport.send_many([b'{"a":1}', b'{"b":2}', b"{}"])
+    assert writes == [b'{"a":1}\n{"b":2}\n{}\n']
+    with pytest.raises(ValueError):
+        await transport.send_many([b"ok", b"bad\nline"])
+    assert len(writes) == 1  # nothing of a refused batch is written

@@ -134,9 +134,18 @@ class Reply(Generic[T]):
         """Run ``callback(outcome)`` when the answer arrives (at once if it already has), in
         the answering actor's task: the asker goes on without waiting. One callback per slot."""
         if self._result is not None:
-            callback(self._result)
+            callback(self._copy())
         else:
             self._callback = callback
+
+    def _copy(self) -> outcome.Outcome[T]:
+        # An Outcome unwraps only once; every reader gets its own.
+        result = self._result
+        assert result is not None
+        if isinstance(result, outcome.Value):
+            return outcome.Value(result.value)
+        assert isinstance(result, outcome.Error)
+        return outcome.Error(result.error)
 
     @property
     def answered(self) -> bool:
@@ -157,7 +166,7 @@ class Reply(Generic[T]):
             trio.lowlevel.reschedule(waiter)
         callback, self._callback = self._callback, None
         if callback is not None:
-            callback(result)
+            callback(self._copy())
 
     async def wait(self) -> T:
         if self._result is None:
@@ -170,8 +179,7 @@ class Reply(Generic[T]):
             await trio.lowlevel.wait_task_rescheduled(abort)
         else:
             await trio.lowlevel.checkpoint()
-        assert self._result is not None
-        return self._result.unwrap()
+        return self._copy().unwrap()
 
 
 class Actor(Generic[M]):
