@@ -1,0 +1,23 @@
+"""Runs the code of ``docs/guide.md``: its examples are this module's tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from doc_blocks import aligned_source, python_blocks
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "guide.md"
+_TEXT = DOC.read_text(encoding="utf-8")
+_BEFORE = set(globals())
+exec(compile(aligned_source(_TEXT), str(DOC), "exec"), globals())
+DOC_TESTS = sorted(name for name in set(globals()) - _BEFORE if name.startswith("test_"))
+
+
+def test_the_guide_runs_its_examples() -> None:
+    assert len(python_blocks(_TEXT)) == 3
+    assert DOC_TESTS == [
+        "test_a_task_from_start_to_end",
+        "test_a_task_that_needs_input",
+        "test_cancel_really_stops_the_work",
+        "test_plain_calls_and_errors",
+    ]
