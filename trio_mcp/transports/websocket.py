@@ -69,11 +69,12 @@ Server (:func:`serve_websocket`)
     (:data:`~trio_mcp.actors.endpoint.DEFAULT_OUTBOUND_SIZE`, 1024 messages) in front of the
     socket. When a client stops reading, the TCP window and then that queue fill up, and:
 
-    * **responses wait for room**. The session's reader answers quick requests itself
-      (``initialize``, ``ping``, ``tools/list``, ``tasks/get``, ``tasks/list``,
-      ``tasks/cancel``), so it stops reading that connection: backpressure, which reaches the
-      client as TCP flow control. (``tools/call`` and ``tasks/result`` run in their own Trio
-      tasks; each of those waits for room on its own.)
+    * **responses wait for room**, and the reader with them: it answers ``initialize``,
+      ``ping`` and ``tools/list`` itself, and at most
+      :data:`~trio_mcp.actors.session.MAX_WAITING_REQUESTS` (256) other requests per session are
+      outstanding at once (task queries answered by the supervisor, ``tools/call`` and
+      ``tasks/result`` running in their own Trio tasks); past that the reader stops reading
+      that connection: backpressure, which reaches the client as TCP flow control.
     * **notifications** to that client (progress, task status, log messages) **are dropped**
       while the queue is full; MCP lets a peer miss notifications.
     * **other connections are unaffected**: they have their own queue, reader and writer.
