@@ -48,7 +48,8 @@ log = logging.getLogger("trio_mcp")
 
 
 MAX_WAITING_REQUESTS = 256
-"""Concurrent ``tools/call`` / ``tasks/result`` requests one session runs before it stops reading."""
+"""Requests one session may have outstanding (``tools/call``, ``tasks/result``, and task queries
+awaiting the supervisor) before its reader stops reading: backpressure on that client."""
 
 SERVER_TASK_CAPABILITIES: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
 
