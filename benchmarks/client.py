@@ -127,6 +127,18 @@ class LoadClient:
         cwd: str | os.PathLike[str] | None = None,
         timeout: float = 600.0,
     ) -> None:
+        self._spawn(argv, env, cwd, timeout)
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self._attach(self.process.stdin.fileno(), self.process.stdout.fileno())
+
+    def _spawn(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None,
+        cwd: str | os.PathLike[str] | None,
+        timeout: float,
+    ) -> None:
+        """Start the server child with pipes on its stdin/stdout (every client kind does)."""
         self.argv = list(argv)
         self.timeout = timeout
         self.process = subprocess.Popen(
@@ -137,8 +149,6 @@ class LoadClient:
             cwd=cwd,
             bufsize=0,
         )
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self._attach(self.process.stdin.fileno(), self.process.stdout.fileno())
 
     def _attach(self, wfd: int, rfd: int) -> None:
         self._wfd = wfd
@@ -371,16 +381,7 @@ class WsLoadClient(LoadClient):
         timeout: float = 600.0,
         start_timeout: float = 60.0,
     ) -> None:
-        self.argv = list(argv)
-        self.timeout = timeout
-        self.process = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=None if env is None else dict(env),
-            cwd=cwd,
-            bufsize=0,
-        )
+        self._spawn(argv, env, cwd, timeout)
         self.sock: socket.socket | None = None
         try:
             self.port = self._read_port(start_timeout)
