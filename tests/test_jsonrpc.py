@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from json_strategies import json_objects, json_values
 
 from trio_mcp.protocol import jsonrpc
 from trio_mcp.protocol.jsonrpc import (
@@ -322,21 +323,6 @@ def test_invalid_message_response_encodes_to_a_wire_error() -> None:
 
 # ------------------------------------------------------------------ round trip (hypothesis)
 
-json_scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**63), max_value=2**63)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=20)
-)
-json_values = st.recursive(
-    json_scalars,
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-    ),
-    max_leaves=12,
-)
-json_objects = st.dictionaries(st.text(max_size=10), json_values, max_size=5)
 request_ids = st.integers(min_value=-(2**63), max_value=2**63) | st.text(max_size=12)
 known_methods = st.sampled_from(["ping", "tools/call", "tasks/get", "notifications/progress"])
 methods = known_methods | st.text(max_size=20)

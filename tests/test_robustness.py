@@ -18,6 +18,7 @@ import trio
 import trio.testing
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from json_strategies import json_objects, json_scalars, json_values
 
 from trio_mcp import Context, Server
 from trio_mcp.protocol.jsonrpc import encode_request
@@ -206,21 +207,6 @@ def is_valid_id(value: Any) -> bool:
 
 # ----------------------------------------------------------------------------- strategies
 
-json_scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**64), max_value=2**64)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=16)
-)
-json_values = st.recursive(
-    json_scalars,
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-    ),
-    max_leaves=10,
-)
-json_objects = st.dictionaries(st.text(max_size=8), json_values, max_size=4)
 valid_ids = st.integers(min_value=-(2**53), max_value=2**53) | st.text(max_size=10)
 invalid_ids = (
     st.none()
