@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_mcp.actors.runtime import Mailbox, MailboxClosed, MailboxFull, Reply, supervised
+from trio_mcp.actors.runtime import Mailbox, MailboxClosed, MailboxFull, Reply
 from trio_mcp.actors.supervisor import CreateTask, Route, TaskSupervisor
 from trio_mcp.actors.task_actor import AwaitResult, Cancel, Poll, Start, TaskActor, TaskOutcome
 from trio_mcp.protocol.errors import INTERNAL_ERROR, McpError
@@ -53,16 +53,6 @@ async def test_reply_first_answer_wins_and_cancelled_asker_is_harmless() -> None
     reply.send(1)
     reply.fail(RuntimeError("ignored"))
     assert await reply.wait() == 1
-
-
-async def test_supervised_reports_a_crash_instead_of_raising() -> None:
-    crashes: list[BaseException] = []
-
-    async def body() -> None:
-        raise ValueError("bug")
-
-    await supervised(body, crashes.append)
-    assert [type(c) for c in crashes] == [ValueError]
 
 
 async def test_a_crashing_task_actor_fails_its_task_and_the_supervisor_survives(autojump_clock: Any) -> None:

@@ -11,16 +11,15 @@ An actor owns its state; others reach it only by message. Two kinds:
 
 A :class:`Reply` can also carry a continuation (:meth:`Reply.then`), so an asker that need not
 wait goes on at once and answers from the continuation. Actors run inside a nursery owned by
-their supervisor; :func:`supervised` reports a crash to the supervisor's callback instead of
-letting it tear the nursery (and so the process) down.
+their supervisor, and report a crash to it (a callback) instead of letting it tear the
+nursery, and so the process, down.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 import outcome
@@ -28,8 +27,6 @@ import trio
 
 M = TypeVar("M")
 T = TypeVar("T")
-
-log = logging.getLogger("trio_mcp.actors")
 
 DEFAULT_MAILBOX_SIZE = 1024
 YIELD_EVERY = 64
@@ -204,20 +201,6 @@ async def ask(actor: Actor[M], make: Callable[[Reply[T]], M]) -> T:
     reply: Reply[T] = Reply()
     actor.tell(make(reply))
     return await reply.wait()
-
-
-async def supervised(
-    run: Callable[[], Awaitable[None]], on_crash: Callable[[BaseException], None], name: str = "actor"
-) -> None:
-    """Run an actor body; an ordinary exception goes to ``on_crash`` instead of the nursery.
-
-    Cancellation and KeyboardInterrupt still propagate: they are the runtime's own control flow.
-    """
-    try:
-        await run()
-    except Exception as exc:
-        log.error("%s crashed: %r", name, exc, exc_info=exc)
-        on_crash(exc)
 
 
 @contextlib.contextmanager

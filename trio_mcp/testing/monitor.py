@@ -2,7 +2,7 @@
 
 The harness serves a *copy* of your :class:`~trio_mcp.Server` whose tools are wrapped: when a
 tool starts, the wrapper registers the Trio task running it (for a task-augmented call, the
-task a ``TaskActor`` spawns for ``_run_work``; for a plain call, the session's request task)
+task the supervisor spawns for ``TaskActor.run_work``; for a plain call, the session's request task)
 with a :class:`WorkMonitor`. The monitor is a :class:`trio.abc.Instrument`:
 
 - ``after_task_step`` of a watched task means the work just suspended at a checkpoint: it is
