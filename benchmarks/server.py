@@ -35,8 +35,8 @@ from typing import Any
 import trio
 
 from trio_mcp import Server, TaskLimits
-from trio_mcp.actors.server import tune_gc
-from trio_mcp.transports.websocket import parse_host_port, serve_websocket
+from trio_mcp.server import serve_websocket, tune_gc
+from trio_mcp.transports.websocket import parse_host_port
 
 LONG_TTL_MS = 6 * 60 * 60 * 1000
 DEFAULT_MAX_LIVE = 1_000_000

@@ -3,15 +3,14 @@ and follows them with tasks/get, tasks/result, tasks/list and tasks/cancel sent 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
+from conftest import kit_client
 
-from trio_mcp import Client, Context, Server
+from trio_mcp import Context, Server
 from trio_mcp.protocol.errors import INVALID_REQUEST, McpError
 from trio_mcp.protocol.messages import (
     RELATED_TASK_KEY,
@@ -20,16 +19,8 @@ from trio_mcp.protocol.messages import (
     ElicitRequestParams,
     ElicitResult,
 )
-from trio_mcp.testing import open_harness
 
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}}
-
-
-@asynccontextmanager
-async def kit_client(server: Server, **options: Any) -> AsyncIterator[Client]:
-    """A client on the testing kit's harness (mock clock, trace, watchdog)."""
-    async with open_harness(server, **options) as harness:
-        yield harness.client
 
 
 def make_server() -> Server:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
+from conftest import kit_client
 
-from trio_mcp import Client, Context, McpError, Server, TaskStatus
+from trio_mcp import Context, McpError, Server, TaskStatus
 from trio_mcp.protocol.errors import INVALID_REQUEST
 from trio_mcp.protocol.messages import (
     MODEL_IMMEDIATE_RESPONSE_KEY,
@@ -25,13 +24,6 @@ from trio_mcp.protocol.messages import (
 from trio_mcp.testing import open_harness
 
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
-
-
-@asynccontextmanager
-async def kit_client(server: Server, **options: Any) -> AsyncIterator[Client]:
-    """A client on the testing kit's harness (mock clock, trace, watchdog)."""
-    async with open_harness(server, **options) as harness:
-        yield harness.client
 
 
 class Record:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from conftest import serve_in_memory
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from json_strategies import json_objects, json_scalars, json_values
@@ -24,7 +25,7 @@ from trio_mcp import Context, Server
 from trio_mcp.protocol.jsonrpc import encode_request
 from trio_mcp.protocol.versions import LATEST_VERSION
 from trio_mcp.transports.base import DEFAULT_MAX_MESSAGE_SIZE
-from trio_mcp.transports.memory import MemoryTransport, memory_transport_pair
+from trio_mcp.transports.memory import MemoryTransport
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -178,14 +179,11 @@ def run_session(
     """Run ``scenario`` against a fresh server session; a crash of the server fails the test."""
 
     async def main() -> None:
-        client_side, server_side = memory_transport_pair(max_message_size=max_message_size)
-        async with SERVER.open() as runtime, trio.open_nursery() as nursery:
-            nursery.start_soon(runtime.serve, server_side)
+        async with serve_in_memory(SERVER, max_message_size=max_message_size) as client_side:
             wire = Wire(client_side)
             if initialize:
                 await wire.initialize()
             await scenario(wire)
-            nursery.cancel_scope.cancel()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 

@@ -10,9 +10,9 @@ import trio.testing
 
 from trio_mcp.actors.runtime import Mailbox, MailboxClosed, MailboxFull, Reply
 from trio_mcp.actors.supervisor import CreateTask, Route, TaskSupervisor
-from trio_mcp.actors.task_actor import AwaitResult, Cancel, Poll, Start, TaskActor, TaskOutcome
+from trio_mcp.actors.task_actor import AwaitResult, Cancel, Poll, Start, TaskActor
 from trio_mcp.protocol.errors import INTERNAL_ERROR, McpError
-from trio_mcp.protocol.messages import Task
+from trio_mcp.protocol.records import TaskOutcome, TaskRecord
 from trio_mcp.protocol.tasks import TaskStatus
 
 
@@ -57,12 +57,9 @@ async def test_reply_first_answer_wins_and_cancelled_asker_is_harmless() -> None
 
 async def test_a_crashing_task_actor_fails_its_task_and_the_supervisor_survives(autojump_clock: Any) -> None:
     supervisor = TaskSupervisor()
-    changes = 0
 
-    def explode_on_second_change(task: Task) -> None:
-        nonlocal changes
-        changes += 1
-        if task.status.is_terminal:
+    def explode_on_the_end(record: TaskRecord) -> None:
+        if record.is_terminal:
             raise RuntimeError("observer bug")  # raised inside the actor: a crash, not a tool error
 
     async def work(actor: TaskActor) -> TaskOutcome:
@@ -71,35 +68,41 @@ async def test_a_crashing_task_actor_fails_its_task_and_the_supervisor_survives(
 
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.run)
-        reply: Reply[TaskActor] = Reply()
-        supervisor.tell(CreateTask("owner", work, None, explode_on_second_change, reply))
-        actor = await reply.wait()
+        reply: Reply[TaskRecord] = Reply()
+        supervisor.tell(CreateTask("owner", work, None, explode_on_the_end, reply))
+        task_id = (await reply.wait()).task_id
         waiting: Reply[TaskOutcome] = Reply()
-        supervisor.tell(Route("owner", actor.task_id, AwaitResult(waiting)))
-        supervisor.tell(Route("owner", actor.task_id, Start()))
-        with pytest.raises(McpError) as info:
-            await waiting.wait()
-        assert info.value.code == INTERNAL_ERROR and "observer bug" in info.value.message
+        supervisor.tell(Route("owner", task_id, AwaitResult(waiting)))
+        supervisor.tell(Route("owner", task_id, Start()))
+        # The waiter is answered with the crash, kept as the task's error.
+        outcome = await waiting.wait()
+        assert outcome.result is None and outcome.failed
+        assert outcome.error is not None and outcome.error.code == INTERNAL_ERROR
+        assert "observer bug" in outcome.error.message
         await trio.testing.wait_all_tasks_blocked()
-        # Later questions are answered from the dead actor's final state.
-        poll: Reply[Task] = Reply()
-        supervisor.tell(Route("owner", actor.task_id, Poll(poll)))
-        assert (await poll.wait()).status in (TaskStatus.COMPLETED, TaskStatus.FAILED)
+        # The task is failed, with the error kept, in the actor's last state and in the store.
+        poll: Reply[TaskRecord] = Reply()
+        supervisor.tell(Route("owner", task_id, Poll(poll)))
+        polled = await poll.wait()
+        assert polled.status == TaskStatus.FAILED
+        assert polled.status_message == outcome.error.message
+        stored = await supervisor.store.get(task_id)
+        assert stored is not None and stored.status == TaskStatus.FAILED and stored.outcome == outcome
         late: Reply[TaskOutcome] = Reply()
-        supervisor.tell(Route("owner", actor.task_id, AwaitResult(late)))
-        with pytest.raises(McpError):
-            await late.wait()
+        supervisor.tell(Route("owner", task_id, AwaitResult(late)))
+        assert await late.wait() == outcome
+        assert supervisor.live_count("owner") == 0
         # And the supervisor still creates tasks.
-        again: Reply[TaskActor] = Reply()
-        supervisor.tell(CreateTask("owner", work, None, lambda t: None, again))
+        again: Reply[TaskRecord] = Reply()
+        supervisor.tell(CreateTask("owner", work, None, None, again))
         assert (await again.wait()).status == TaskStatus.WORKING
         nursery.cancel_scope.cancel()
 
 
 async def test_a_crashing_session_closes_only_its_connection(autojump_clock: Any) -> None:
     from trio_mcp import Server, connect
-    from trio_mcp.actors.endpoint import ConnectionClosed
-    from trio_mcp.actors.session import SessionActor
+    from trio_mcp.actors._session import SessionActor
+    from trio_mcp.client import ConnectionClosed
     from trio_mcp.transports.memory import memory_transport_pair
 
     server = Server("crash", version="1")
@@ -142,8 +145,8 @@ async def test_a_crashing_session_closes_only_its_connection(autojump_clock: Any
 async def test_a_handler_crash_during_cancel_is_contained(autojump_clock: Any) -> None:
     supervisor = TaskSupervisor()
 
-    def explode_on_cancel(task: Task) -> None:
-        if task.status == TaskStatus.CANCELLED:
+    def explode_on_cancel(record: TaskRecord) -> None:
+        if record.status == TaskStatus.CANCELLED:
             raise RuntimeError("observer bug")  # raised while the supervisor runs the handler
 
     async def work(actor: TaskActor) -> TaskOutcome:
@@ -152,21 +155,23 @@ async def test_a_handler_crash_during_cancel_is_contained(autojump_clock: Any) -
 
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.run)
-        created: Reply[TaskActor] = Reply()
+        created: Reply[TaskRecord] = Reply()
         supervisor.tell(CreateTask("owner", work, None, explode_on_cancel, created))
-        actor = await created.wait()
-        supervisor.tell(Route("owner", actor.task_id, Start()))
-        cancel: Reply[Task] = Reply()
-        supervisor.tell(Route("owner", actor.task_id, Cancel(cancel)))
+        task_id = (await created.wait()).task_id
+        supervisor.tell(Route("owner", task_id, Start()))
+        cancel: Reply[tuple[TaskRecord, bool]] = Reply()
+        supervisor.tell(Route("owner", task_id, Cancel(cancel)))
         with pytest.raises(McpError) as info:
             await cancel.wait()  # answered, not left hanging
         assert info.value.code == INTERNAL_ERROR and "observer bug" in info.value.message
         result: Reply[TaskOutcome] = Reply()
-        supervisor.tell(Route("owner", actor.task_id, AwaitResult(result)))
-        with pytest.raises(McpError):
-            await result.wait()
+        supervisor.tell(Route("owner", task_id, AwaitResult(result)))
+        outcome = await result.wait()
+        assert outcome.error is not None and outcome.error.message == info.value.message
         await trio.testing.wait_all_tasks_blocked()
         assert supervisor.live_count("owner") == 0  # the work was cancelled and forgotten
+        stored = await supervisor.store.get(task_id)
+        assert stored is not None and stored.status == TaskStatus.FAILED
         nursery.cancel_scope.cancel()
 
 

@@ -16,11 +16,12 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from conftest import serve_in_memory
 
 from trio_mcp import Context, McpError, Server, connect_in_memory
 from trio_mcp.protocol.messages import ProgressParams
 from trio_mcp.protocol.versions import LATEST_VERSION, SUPPORTED_VERSIONS
-from trio_mcp.transports.memory import MemoryTransport, memory_transport_pair
+from trio_mcp.transports.memory import MemoryTransport
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -213,14 +214,11 @@ class Wire:
 
 @asynccontextmanager
 async def open_wire(server: Server, *, version: str | None = LATEST_VERSION) -> AsyncIterator[Wire]:
-    client_side, server_side = memory_transport_pair()
-    async with server.open() as runtime, trio.open_nursery() as nursery:
-        nursery.start_soon(runtime.serve, server_side)
+    async with serve_in_memory(server) as client_side:
         wire = Wire(client_side)
         if version is not None:
             await wire.initialize(version)
         yield wire
-        nursery.cancel_scope.cancel()
 
 
 def text_of(result: dict[str, Any]) -> str:

@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from trio_mcp import Client, Context, McpError, Server, Task
-from trio_mcp.actors.endpoint import ConnectionClosed
+from trio_mcp.client import ConnectionClosed
 from trio_mcp.protocol.errors import INVALID_PARAMS, TASK_CANCELLED
 from trio_mcp.protocol.messages import ProgressParams
 from trio_mcp.testing import (

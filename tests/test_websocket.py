@@ -31,16 +31,14 @@ from wsproto.events import (
 )
 
 from trio_mcp import McpError, Server, ServerRuntime
-from trio_mcp.actors.client import connect
-from trio_mcp.actors.endpoint import ConnectionClosed
+from trio_mcp.client import ConnectionClosed, connect, connect_websocket
+from trio_mcp.server import serve_websocket
+from trio_mcp.transports.security import DEFAULT_ALLOWED_ORIGINS
 from trio_mcp.transports.websocket import (
-    DEFAULT_ALLOWED_ORIGINS,
     DEFAULT_MAX_MESSAGE_SIZE,
     WebSocketTransport,
-    connect_websocket,
     open_websocket_transport,
     parse_host_port,
-    serve_websocket,
 )
 
 LIMIT = 4096  # max_message_size of the test servers

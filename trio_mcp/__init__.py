@@ -7,27 +7,33 @@
 ...     return text
 """
 
-from .actors.client import Client, connect, connect_in_memory, connect_stdio
-from .actors.context import Context
-from .actors.server import Server, ServerRuntime
 from .actors.supervisor import TaskLimits
-from .protocol.errors import McpError
+from .client import Client, ConnectionClosed, connect, connect_in_memory, connect_stdio, connect_websocket
+from .protocol.errors import ErrorValue, McpError
 from .protocol.messages import CallToolResult, Task, TextContent, Tool
+from .protocol.records import TaskOutcome, TaskRecord
 from .protocol.tasks import TaskStatus
+from .server import Context, Server, ServerRuntime, serve_websocket
 
 __all__ = [
     "CallToolResult",
     "Client",
+    "ConnectionClosed",
     "Context",
+    "ErrorValue",
     "McpError",
     "Server",
     "ServerRuntime",
     "Task",
     "TaskLimits",
+    "TaskOutcome",
+    "TaskRecord",
     "TaskStatus",
     "TextContent",
     "Tool",
     "connect",
     "connect_in_memory",
     "connect_stdio",
+    "connect_websocket",
+    "serve_websocket",
 ]

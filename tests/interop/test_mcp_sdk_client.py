@@ -24,6 +24,8 @@ from typing import Any
 import anyio
 import mcp.types as types
 import pytest
+from conftest import run_on_asyncio
+from conftest import sdk_text_of as text_of
 from mcp.client.experimental import ExperimentalClientFeatures
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -144,20 +146,8 @@ def run_scenario(server_command: list[str], scenario: Scenario) -> None:
                 await scenario(Client(session, init, notifications))
         assert not stream_errors, stream_errors
 
-    try:
-        anyio.run(main, backend="asyncio")
-    except BaseExceptionGroup as group:
-        # The SDK's task groups wrap a failed assertion in (nested) exception groups: unwrap a lone one.
-        leaves = _leaves(group)
-        if len(leaves) == 1:
-            raise leaves[0] from group
-        raise
-
-
-def _leaves(error: BaseException) -> list[BaseException]:
-    if isinstance(error, BaseExceptionGroup):
-        return [leaf for sub in error.exceptions for leaf in _leaves(sub)]
-    return [error]
+    # The SDK's task groups wrap a failed assertion in (nested) exception groups: unwrap a lone one.
+    run_on_asyncio(main)
 
 
 async def wait_terminal(client: Client, task_id: str) -> list[types.GetTaskResult]:
@@ -188,13 +178,6 @@ def check_task(task: types.Task, task_id: str | None = None) -> None:
     assert "ttl" in task.model_fields_set
     assert task.ttl is None or (isinstance(task.ttl, int) and task.ttl > 0)
     assert task.pollInterval is None or (isinstance(task.pollInterval, int) and task.pollInterval > 0)
-
-
-def text_of(result: types.CallToolResult) -> str:
-    assert len(result.content) == 1, result.content
-    block = result.content[0]
-    assert isinstance(block, types.TextContent), block
-    return block.text
 
 
 async def create_task(client: Client, name: str, arguments: dict[str, Any], **kw: Any) -> types.Task:

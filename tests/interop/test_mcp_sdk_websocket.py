@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from conftest import run_on_asyncio
+from conftest import sdk_text_of as text_of
 
 anyio = pytest.importorskip("anyio")
 pytest.importorskip("websockets", reason="the SDK's WebSocket client needs the 'websockets' package")
@@ -80,28 +82,7 @@ def run_with_sdk(
                 init = await session.initialize()
                 await scenario(session, init)
 
-    try:
-        anyio.run(main, backend="asyncio")
-    except BaseExceptionGroup as group:  # the SDK's task groups wrap a failed assertion: unwrap it
-        leaves = list(_leaves(group))
-        if len(leaves) == 1:
-            raise leaves[0] from group
-        raise
-
-
-def _leaves(error: BaseException) -> Iterator[BaseException]:
-    if isinstance(error, BaseExceptionGroup):
-        for sub in error.exceptions:
-            yield from _leaves(sub)
-    else:
-        yield error
-
-
-def text_of(result: types.CallToolResult) -> str:
-    assert len(result.content) == 1, result.content
-    block = result.content[0]
-    assert isinstance(block, types.TextContent), block
-    return block.text
+    run_on_asyncio(main)  # the SDK's task groups wrap a failed assertion: this unwraps it
 
 
 def test_sdk_websocket_client_runs_a_task(ws_url: str) -> None:

@@ -15,7 +15,8 @@ from types import ModuleType
 
 import trio
 
-from trio_mcp.transports.websocket import parse_host_port, serve_websocket
+from trio_mcp.server import serve_websocket
+from trio_mcp.transports.websocket import parse_host_port
 
 DEMO_SERVER = Path(__file__).resolve().parents[2] / "examples" / "demo_server.py"
 

@@ -1,108 +1,164 @@
-"""Where the supervisor keeps its task table: an interface, and the in-memory store.
+"""Where task records live: the async :class:`TaskStore` interface and the in-memory store.
 
-The supervisor talks to the table only through :class:`TaskStore`, so a durable or shared store
-can replace :class:`MemoryTaskStore`. Every operation is O(1) or O(log n) in the number of
-tasks, except a page of ``tasks/list`` which is O(page size + log n).
+A store keeps :class:`~trio_mcp.protocol.records.TaskRecord` values only — plain data, never a
+running task (the live side, cancel scopes and result waiters, stays in the supervisor of the
+process running the work). Every method is async so a store may do I/O (a file, a database, a
+server); the supervisor is the one caller in a process and awaits each call before handling the
+next message, so a store sees one operation at a time per process.
+
+Rules every store keeps (``tests/test_store_contract.py`` holds each store to them):
+
+- ``create`` adds a record whose id is new; ``get`` returns it, or None.
+- ``update`` is conditional: it replaces the stored record only if the stored ``version`` is
+  exactly one less than the new record's, and says whether it did (no record: False).
+- ``delete`` removes a record and returns it (None if absent).
+- ``page(owner, cursor, limit)`` lists one owner's records in creation order, ``limit`` at a
+  time, with an opaque cursor for the next page (None on the last). A cursor is valid only for
+  the owner it was made for and reveals nothing about other owners; an unknown one raises
+  :class:`InvalidCursor`. Records deleted between pages are skipped, never repeated.
+- ``due(now, limit)`` returns up to ``limit`` records whose ``expires_at`` is at or before
+  ``now``, earliest first (they stay until deleted).
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 from typing import Protocol
 
 import attrs
 
 from ..protocol.cursors import decode_cursor, encode_cursor
-from .task_actor import TaskActor
+from ..protocol.records import TaskRecord
 
-
-@attrs.define(eq=False)
-class TaskEntry:
-    """One row of the table: the actor, who owns it, and when it expires."""
-
-    actor: TaskActor
-    owner: object
-    seq: int
-    deadline: float
+__all__ = ["InvalidCursor", "MemoryTaskStore", "TaskStore"]
 
 
 class InvalidCursor(Exception):
-    pass
+    """A ``tasks/list`` cursor this store did not make for that owner."""
 
 
 class TaskStore(Protocol):
-    def add(self, entry: TaskEntry) -> None: ...
-    def get(self, task_id: str) -> TaskEntry | None: ...
-    def remove(self, task_id: str) -> TaskEntry | None: ...
-    def owned_by(self, owner: object) -> list[TaskEntry]: ...
-    def page(self, owner: object, cursor: str | None, limit: int) -> tuple[list[TaskEntry], str | None]: ...
-    def __len__(self) -> int: ...
+    """The interface the supervisor keeps task records through (see the module docstring)."""
+
+    async def create(self, record: TaskRecord) -> None: ...
+    async def get(self, task_id: str) -> TaskRecord | None: ...
+    async def update(self, record: TaskRecord) -> bool: ...
+    async def delete(self, task_id: str) -> TaskRecord | None: ...
+    async def page(
+        self, owner: str, cursor: str | None, limit: int
+    ) -> tuple[list[TaskRecord], str | None]: ...
+    async def due(self, now: float, limit: int) -> list[TaskRecord]: ...
 
 
 @attrs.define(eq=False)
 class _OwnerIndex:
-    """An owner's tasks in creation order: seqs ascending (with holes), for cursor seeks."""
+    """An owner's task ids in creation order, numbered by the owner's own counter (so a cursor
+    says nothing about anyone else's activity); positions ascend, with holes."""
 
-    seqs: list[int] = attrs.Factory(list)
-    entries: dict[int, TaskEntry] = attrs.Factory(dict)
+    positions: list[int] = attrs.Factory(list)
+    ids: dict[int, str] = attrs.Factory(dict)
+    counter: int = 0
 
     def compact(self) -> None:
-        if len(self.seqs) > 2 * len(self.entries) + 32:
-            self.seqs = [s for s in self.seqs if s in self.entries]
+        if len(self.positions) > 2 * len(self.ids) + 32:
+            self.positions = [p for p in self.positions if p in self.ids]
+
+
+@attrs.define(eq=False)
+class _Row:
+    record: TaskRecord
+    position: int
 
 
 class MemoryTaskStore:
-    """The default store: dicts in this process. Tasks are gone when the process exits."""
+    """The default store: dicts in this process. Records are gone when the process exits.
+
+    Every operation is O(1) or O(log n) in the number of records, except a page which is
+    O(page size + log n); memory is the records plus a few words each.
+    """
 
     def __init__(self) -> None:
-        self._by_id: dict[str, TaskEntry] = {}
-        self._by_owner: dict[object, _OwnerIndex] = {}
+        self._rows: dict[str, _Row] = {}
+        self._by_owner: dict[str, _OwnerIndex] = {}
+        self._expiries: list[tuple[float, str]] = []
 
     def __len__(self) -> int:
-        return len(self._by_id)
+        return len(self._rows)
 
-    def add(self, entry: TaskEntry) -> None:
-        self._by_id[entry.actor.task_id] = entry
-        index = self._by_owner.setdefault(entry.owner, _OwnerIndex())
-        index.seqs.append(entry.seq)  # seqs only grow, so the list stays sorted
-        index.entries[entry.seq] = entry
+    async def create(self, record: TaskRecord) -> None:
+        if record.task_id in self._rows:
+            raise ValueError(f"task {record.task_id!r} exists")
+        index = self._by_owner.get(record.owner)
+        if index is None:
+            index = self._by_owner[record.owner] = _OwnerIndex()
+        index.counter += 1
+        index.positions.append(index.counter)  # positions only grow: the list stays sorted
+        index.ids[index.counter] = record.task_id
+        self._rows[record.task_id] = _Row(record, index.counter)
+        heapq.heappush(self._expiries, (record.expires_at, record.task_id))
 
-    def get(self, task_id: str) -> TaskEntry | None:
-        return self._by_id.get(task_id)
+    async def get(self, task_id: str) -> TaskRecord | None:
+        row = self._rows.get(task_id)
+        return row.record if row is not None else None
 
-    def remove(self, task_id: str) -> TaskEntry | None:
-        entry = self._by_id.pop(task_id, None)
-        if entry is not None:
-            index = self._by_owner[entry.owner]
-            del index.entries[entry.seq]
-            if index.entries:
-                index.compact()
-            else:
-                del self._by_owner[entry.owner]
-        return entry
+    async def update(self, record: TaskRecord) -> bool:
+        row = self._rows.get(record.task_id)
+        if row is None or row.record.version != record.version - 1:
+            return False
+        row.record = record
+        return True
 
-    def owned_by(self, owner: object) -> list[TaskEntry]:
-        index = self._by_owner.get(owner)
-        return list(index.entries.values()) if index else []
+    async def delete(self, task_id: str) -> TaskRecord | None:
+        row = self._rows.pop(task_id, None)
+        if row is None:
+            return None
+        owner = row.record.owner
+        index = self._by_owner[owner]
+        del index.ids[row.position]
+        if index.ids:
+            index.compact()
+        else:
+            del self._by_owner[owner]
+        if len(self._expiries) > 2 * len(self._rows) + 64:  # forget deleted records' expiries
+            self._expiries = [e for e in self._expiries if e[1] in self._rows]
+            heapq.heapify(self._expiries)
+        return row.record
 
-    def page(self, owner: object, cursor: str | None, limit: int) -> tuple[list[TaskEntry], str | None]:
+    async def page(self, owner: str, cursor: str | None, limit: int) -> tuple[list[TaskRecord], str | None]:
         try:
-            after = decode_cursor("task", cursor) if cursor is not None else -1
+            after = decode_cursor("task", cursor) if cursor is not None else 0
         except ValueError:
             raise InvalidCursor(cursor) from None
         index = self._by_owner.get(owner)
+        if after > (index.counter if index is not None else 0):
+            raise InvalidCursor(cursor)  # not one we made for this owner
         if index is None:
             return [], None
-        out: list[TaskEntry] = []
-        position = bisect.bisect_right(index.seqs, after)
-        seqs = index.seqs
-        while position < len(seqs) and len(out) < limit:
-            entry = index.entries.get(seqs[position])
-            if entry is not None:
-                out.append(entry)
-            position += 1
-        while position < len(seqs) and seqs[position] not in index.entries:
-            position += 1  # skip holes left by removed tasks (compaction bounds them)
-        more = position < len(seqs)
-        next_cursor = encode_cursor("task", out[-1].seq) if out and more else None
-        return out, next_cursor
+        out: list[TaskRecord] = []
+        positions = index.positions
+        at = bisect.bisect_right(positions, after)
+        last = after
+        while at < len(positions) and len(out) < limit:
+            task_id = index.ids.get(positions[at])
+            if task_id is not None:
+                out.append(self._rows[task_id].record)
+                last = positions[at]
+            at += 1
+        while at < len(positions) and positions[at] not in index.ids:
+            at += 1  # skip holes left by deleted records (compaction bounds them)
+        more = at < len(positions)
+        return out, (encode_cursor("task", last) if out and more else None)
+
+    async def due(self, now: float, limit: int) -> list[TaskRecord]:
+        out: list[TaskRecord] = []
+        kept: list[tuple[float, str]] = []
+        while self._expiries and self._expiries[0][0] <= now and len(out) < limit:
+            entry = heapq.heappop(self._expiries)
+            row = self._rows.get(entry[1])
+            if row is not None and row.record.expires_at == entry[0]:  # else stale: forget it
+                out.append(row.record)
+                kept.append(entry)
+        for entry in kept:  # due records stay until deleted
+            heapq.heappush(self._expiries, entry)
+        return out

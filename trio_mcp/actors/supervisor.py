@@ -1,16 +1,24 @@
-"""TaskSupervisor: owns the task table, the TTL timers and every TaskActor.
+"""TaskSupervisor: owns this process's tasks — their records in the store, their live actors,
+the TTL timers and the per-owner limits.
 
-- Task ids come from :mod:`secrets` (unguessable); each task is bound to its owner (the
-  connection, or an authenticated identity): another owner gets -32602 and never sees it listed.
+- Task ids come from :mod:`secrets` (unguessable); each task is bound to its owner, a string
+  identity: another owner gets -32602 and never sees it listed.
 - TTL counts from creation. Absent TTLs get :attr:`TaskLimits.default_ttl_ms`; larger ones are
   clamped to :attr:`TaskLimits.max_ttl_ms` and the real value is reported.
-- One timer loop over a deadline heap (not a sleeper per task). At expiry a task's work is
-  cancelled if still running, the task and its result are removed, and any ``tasks/result``
-  waiter is answered with -32602 "Task has expired".
+- One timer loop over a deadline heap (not a sleeper per task); entries of removed tasks are
+  forgotten. At expiry a task's work is cancelled if still running, its record is deleted,
+  and any ``tasks/result`` waiter is answered with -32602 "Task has expired".
 - At most :attr:`TaskLimits.max_live_tasks_per_owner` non-terminal tasks per owner; past it,
   creation fails with :data:`~trio_mcp.protocol.errors.TASK_LIMIT_REACHED`.
 - A TaskActor that crashes (a bug in the runtime, not in a tool: tool errors fail the task
-  normally) is reported here; its task becomes ``failed`` with the error preserved.
+  normally) is reported here; its task becomes ``failed`` with the error kept, and every
+  waiter is answered with that error.
+
+Records and the live side. The store (:mod:`trio_mcp.actors.store`) holds records only. The
+live side — a running task's actor with its cancel scope and result waiters — is a registry
+here, in the process running the work. Every change of a record is written to the store in
+order, by this actor; an actor is forgotten once its final record is stored, and from then on
+the task is answered from the store.
 """
 
 from __future__ import annotations
@@ -25,13 +33,24 @@ from collections.abc import Callable
 import attrs
 import trio
 
-from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, TASK_LIMIT_REACHED, McpError
-from ..protocol.messages import Task
-from ..protocol.tasks import TaskStatus, format_timestamp
+from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, TASK_LIMIT_REACHED, ErrorValue
+from ..protocol.records import TaskOutcome, TaskRecord, new_record
+from ..protocol.tasks import TaskStatus
 from .runtime import Actor, Reply
-from .store import InvalidCursor, MemoryTaskStore, TaskEntry, TaskStore
-from .task_actor import EXPIRED, AwaitResult, Cancel, Poll, Start, Stop, TaskActor, TaskOutcome, Work
+from .store import InvalidCursor, MemoryTaskStore, TaskStore
+from .task_actor import CANCELLED, AwaitResult, Cancel, Poll, Start, Stop, TaskActor, Work
 from .trace import Tracer, no_trace
+
+__all__ = [
+    "EXPIRED",
+    "GONE",
+    "NOT_FOUND",
+    "CreateTask",
+    "ListTasks",
+    "Route",
+    "TaskLimits",
+    "TaskSupervisor",
+]
 
 
 @attrs.frozen
@@ -58,39 +77,55 @@ class TaskLimits:
 # Messages.
 @attrs.frozen
 class CreateTask:
-    owner: object
+    """Create a task for ``owner``; answered with its first record. ``watcher`` is told every
+    later record (status notifications)."""
+
+    owner: str
     work: Work
     ttl_ms: int | None
-    on_change: Callable[[Task], None]
-    reply: Reply[TaskActor]
+    watcher: Callable[[TaskRecord], None] | None
+    reply: Reply[TaskRecord]
 
 
 @attrs.frozen
 class Route:
     """Deliver Start / Poll / AwaitResult / Cancel to the owner's task, or fail it with -32602."""
 
-    owner: object
+    owner: str
     task_id: str
     message: Start | Poll | AwaitResult | Cancel
 
 
 @attrs.frozen
 class ListTasks:
-    owner: object
+    owner: str
     cursor: str | None
-    reply: Reply[tuple[list[Task], str | None]]
+    reply: Reply[tuple[list[TaskRecord], str | None]]
 
 
 @attrs.frozen
-class OwnerGone:
-    """Cancel and forget every task of ``owner`` (its connection closed)."""
+class Remove:
+    """Cancel and forget one task of ``owner`` (e.g. created for a connection that closed
+    before its CreateTaskResult could be sent)."""
 
-    owner: object
+    owner: str
+    task_id: str
 
 
 @attrs.frozen
-class _Ended:
+class _Changed:
     actor: TaskActor
+    record: TaskRecord
+
+
+@attrs.frozen
+class _DropOwner:
+    owner: str
+
+
+@attrs.frozen
+class _Expire:
+    task_ids: tuple[str, ...]
 
 
 @attrs.frozen
@@ -99,12 +134,16 @@ class _Crashed:
     error: BaseException
 
 
-SupervisorMessage = CreateTask | Route | ListTasks | OwnerGone | _Ended | _Crashed
+SupervisorMessage = CreateTask | Route | ListTasks | Remove | _Changed | _DropOwner | _Expire | _Crashed
 
 log = logging.getLogger("trio_mcp.actors")
 
-NOT_FOUND = McpError(INVALID_PARAMS, "Failed to retrieve task: Task not found")
-GONE = McpError(INVALID_PARAMS, "Failed to retrieve task: Task is gone (its owner disconnected)")
+NOT_FOUND = ErrorValue(INVALID_PARAMS, "Failed to retrieve task: Task not found")
+GONE = ErrorValue(INVALID_PARAMS, "Failed to retrieve task: Task is gone (its owner disconnected)")
+EXPIRED = ErrorValue(INVALID_PARAMS, "Failed to retrieve task: Task has expired")
+ELSEWHERE = ErrorValue(INTERNAL_ERROR, "Task is not running in this server process")
+STORE_FAILED = "Internal error: the task store failed"
+SWEEP_BATCH = 1000
 
 
 class TaskSupervisor(Actor[SupervisorMessage]):
@@ -122,173 +161,300 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self.tracer = tracer
         self.limits = limits or TaskLimits()
         self.store: TaskStore = store if store is not None else MemoryTaskStore()
-        self._wall_clock = wall_clock
-        self._seq = 0
-        self._deadlines: list[tuple[float, int, str]] = []
-        self._live: dict[object, set[str]] = {}
+        self.wall_clock = wall_clock
+        self._actors: dict[str, TaskActor] = {}
+        self._live: dict[str, set[str]] = {}
+        self._deadlines: list[tuple[float, str]] = []
+        self._deadline_of: dict[str, float] = {}
         self._timer = trio.CancelScope()
         self._nursery: trio.Nursery | None = None
 
-    def now_iso(self) -> str:
-        return format_timestamp(self._wall_clock())
-
-    def live_count(self, owner: object) -> int:
+    def live_count(self, owner: str) -> int:
+        """Non-terminal tasks of ``owner`` running in this process."""
         return len(self._live.get(owner, ()))
+
+    @property
+    def actors(self) -> int:
+        """Live actors held (running tasks, and ended ones whose final record is being stored)."""
+        return len(self._actors)
+
+    def actor(self, task_id: str) -> TaskActor | None:
+        """The live actor of a task running in this process (None once it is only a record)."""
+        return self._actors.get(task_id)
 
     # -- the actor ------------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            await self._sweep_due()
             nursery.start_soon(self._expire_loop)
             task_status.started()
             while True:
-                self._handle(await self.mailbox.get())
+                await self._handle(await self.mailbox.get())
 
-    def deliver_now(self, message: SupervisorMessage) -> None:
-        """Handle ``message`` in the caller's Trio task, to completion, before returning.
-
-        Every handler of this actor runs to completion (none waits), so this is as atomic as
-        the mailbox; use it where ordering against the caller's next step matters (a session
-        removing its tasks before it fails its pending requests)."""
-        self._handle(message)
-
-    def _handle(self, message: SupervisorMessage) -> None:
+    async def _handle(self, message: SupervisorMessage) -> None:
         if isinstance(message, Route):
-            self._route(message)
+            await self._route(message)
+        elif isinstance(message, _Changed):
+            await self._store_change(message.actor, message.record)
         elif isinstance(message, CreateTask):
-            self._create(message)
+            await self._create(message)
         elif isinstance(message, ListTasks):
-            self._list(message)
-        elif isinstance(message, _Ended):
-            self._forget_live(message.actor.owner, message.actor.task_id)
-        elif isinstance(message, OwnerGone):
-            for entry in self.store.owned_by(message.owner):
-                self._remove(entry.actor.task_id, GONE)
+            await self._list(message)
+        elif isinstance(message, _Expire):
+            for task_id in message.task_ids:
+                await self._remove(task_id, EXPIRED)
+        elif isinstance(message, Remove):
+            actor = self._actors.get(message.task_id)
+            if actor is not None and actor.owner == message.owner:
+                await self._remove(message.task_id, GONE)
+        elif isinstance(message, _DropOwner):
+            await self._drop_owner(message.owner)
         elif isinstance(message, _Crashed):
             self._crashed(message.actor, message.error)
 
-    def _create(self, message: CreateTask) -> None:
+    def owner_gone(self, owner: str) -> None:
+        """Cancel every running task of ``owner`` now, in the caller's Trio task, and forget all
+        its tasks (records are deleted next, in order). For a connection that closed: its
+        running work is cancelled before its pending requests fail."""
+        for task_id in list(self._live.get(owner, ())):
+            actor = self._actors.pop(task_id, None)
+            if actor is not None:
+                self._deliver(actor, Stop(GONE))
+        self._live.pop(owner, None)
+        self.mailbox.put(_DropOwner(owner), system=True)
+
+    # -- creation -------------------------------------------------------------------------
+    async def _create(self, message: CreateTask) -> None:
         if self.live_count(message.owner) >= self.limits.max_live_tasks_per_owner:
             message.reply.fail(
-                McpError(
+                ErrorValue(
                     TASK_LIMIT_REACHED,
                     f"Too many live tasks: at most {self.limits.max_live_tasks_per_owner} per requestor",
-                )
+                ).exception()
             )
             return
-        assert self._nursery is not None
         ttl = self.limits.grant_ttl(message.ttl_ms)
-        now = self.now_iso()
-        task = Task(
-            task_id=secrets.token_urlsafe(18),
-            status=TaskStatus.WORKING,
-            created_at=now,
-            last_updated_at=now,
-            ttl=ttl,
-            poll_interval=self.limits.poll_interval_ms,
+        record = new_record(
+            secrets.token_urlsafe(18),
+            message.owner,
+            now=self.wall_clock(),
+            ttl_ms=ttl,
+            poll_interval_ms=self.limits.poll_interval_ms,
         )
+        try:
+            await self.store.create(record)
+        except Exception as exc:
+            log.error("task store failed to create a task: %r", exc, exc_info=exc)
+            message.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
+            return
+        task_id = record.task_id
         actor = TaskActor(
-            task,
+            record,
             message.work,
-            owner=message.owner,
-            clock=self.now_iso,
-            on_change=message.on_change,
-            on_terminal=self._on_terminal,
+            clock=self.wall_clock,
+            on_change=self._changed,
+            watcher=message.watcher,
             tracer=self.tracer,
         )
         if self.tracer is not no_trace:
-            self.tracer("task.created", {"task_id": task.task_id, "status": task.status.value, "ttl": ttl})
-            self.tracer("actor.start", {"actor": "TaskActor", "name": task.task_id})
-        self._seq += 1
+            self.tracer("task.created", {"task_id": task_id, "status": record.status.value, "ttl": ttl})
+            self.tracer("actor.start", {"actor": "TaskActor", "name": task_id})
+        self._actors[task_id] = actor
+        self._live.setdefault(message.owner, set()).add(task_id)
         deadline = trio.current_time() + ttl / 1000
-        self.store.add(TaskEntry(actor, message.owner, self._seq, deadline))
-        self._live.setdefault(message.owner, set()).add(task.task_id)
-        heapq.heappush(self._deadlines, (deadline, self._seq, task.task_id))
+        self._deadline_of[task_id] = deadline
+        heapq.heappush(self._deadlines, (deadline, task_id))
         if deadline < self._timer.deadline:
             self._timer.deadline = deadline
-        message.reply.send(actor)
+        message.reply.send(record)
 
-    def _route(self, message: Route) -> None:
-        entry = self.store.get(message.task_id)
-        if entry is None or entry.owner != message.owner:
-            if not isinstance(message.message, Start):
-                message.message.reply.fail(NOT_FOUND)  # foreign tasks look exactly like missing ones
+    # -- routing --------------------------------------------------------------------------
+    async def _route(self, message: Route) -> None:
+        inner = message.message
+        actor = self._actors.get(message.task_id)
+        if actor is not None and actor.owner == message.owner:
+            if isinstance(inner, Start):
+                assert self._nursery is not None
+                self._nursery.start_soon(actor.run_work, self._on_crash)
+            else:
+                self._deliver(actor, inner)
             return
-        if isinstance(message.message, Start):
-            assert self._nursery is not None
-            self._nursery.start_soon(entry.actor.run_work, self._on_crash)
+        if isinstance(inner, Start):
+            return  # removed before it could start
+        try:
+            record = await self.store.get(message.task_id) if actor is None else None
+        except Exception as exc:
+            log.error("task store failed to read task %s: %r", message.task_id, exc, exc_info=exc)
+            inner.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
+            return
+        if record is None or record.owner != message.owner:
+            inner.reply.fail(NOT_FOUND.exception())  # foreign tasks look exactly like missing ones
+        elif isinstance(inner, Poll):
+            inner.reply.send(record)
+        elif isinstance(inner, AwaitResult):
+            if record.outcome is not None:
+                inner.reply.send(record.outcome)
+            else:
+                inner.reply.fail(ELSEWHERE.exception())
+        elif record.is_terminal:
+            inner.reply.send((record, True))
         else:
-            self._deliver(entry.actor, message.message)
+            await self._cancel_record(record, inner)
+
+    async def _cancel_record(self, record: TaskRecord, message: Cancel) -> None:
+        """Cancel a task whose work does not run here: its record says so from now on."""
+        cancelled = record.settle(
+            TaskOutcome(error=CANCELLED, failed=True, message=message.reason),
+            now=self.wall_clock(),
+            status=TaskStatus.CANCELLED,
+        )
+        if await self.store.update(cancelled):
+            message.reply.send((cancelled, False))
+        else:
+            current = await self.store.get(record.task_id)
+            if current is None:
+                message.reply.fail(NOT_FOUND.exception())
+            else:
+                message.reply.send((current, current.is_terminal))
 
     def _deliver(self, actor: TaskActor, message: Poll | AwaitResult | Cancel | Stop) -> None:
         """Run the actor's handler to completion here; a handler that raises has crashed."""
         try:
             actor.receive(message)
         except Exception as exc:
-            log.error("task actor %s crashed: %r", actor.task_id, exc, exc_info=exc)
-            self.tracer("actor.crash", {"actor": "TaskActor", "name": actor.task_id, "error": repr(exc)})
             failure = self._crashed(actor, exc)  # we are the supervisor's task: settle it now
-            if not isinstance(message, Stop):
-                message.reply.fail(failure)
+            if isinstance(message, AwaitResult):
+                message.reply.send(TaskOutcome.from_error(failure))
+            elif not isinstance(message, Stop):
+                message.reply.fail(failure.exception())
 
-    def _list(self, message: ListTasks) -> None:
+    async def _list(self, message: ListTasks) -> None:
         try:
-            entries, cursor = self.store.page(message.owner, message.cursor, self.limits.list_page_size)
+            records, cursor = await self.store.page(message.owner, message.cursor, self.limits.list_page_size)
         except InvalidCursor:
-            message.reply.fail(McpError(INVALID_PARAMS, "Invalid params at 'cursor': unknown cursor"))
+            message.reply.fail(
+                ErrorValue(INVALID_PARAMS, "Invalid params at 'cursor': unknown cursor").exception()
+            )
             return
-        message.reply.send(([e.actor.task for e in entries], cursor))
+        except Exception as exc:
+            log.error("task store failed to list tasks: %r", exc, exc_info=exc)
+            message.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
+            return
+        live = self._actors
+        message.reply.send(([live[r.task_id].record if r.task_id in live else r for r in records], cursor))
 
-    def _remove(self, task_id: str, error: McpError) -> None:
-        entry = self.store.remove(task_id)
-        if entry is None:
+    # -- changes, removal -----------------------------------------------------------------
+    def _changed(self, actor: TaskActor, record: TaskRecord) -> None:
+        """An actor is making a change: tell its watcher now, store it in order."""
+        if actor.watcher is not None:
+            actor.watcher(record)
+        if record.is_terminal:
+            self._forget_live(actor.owner, actor.task_id)
+        self.mailbox.put(_Changed(actor, record), system=True)
+
+    async def _store_change(self, actor: TaskActor, record: TaskRecord) -> None:
+        try:
+            stored = await self.store.update(record)
+        except Exception as exc:
+            log.error("task store failed to update task %s: %r", record.task_id, exc, exc_info=exc)
+            stored = False
+        if not stored and record.task_id in self._deadline_of:
+            log.warning("task %s: record version %d was not stored", record.task_id, record.version)
+        if record.is_terminal and self._actors.get(record.task_id) is actor and actor.record is record:
+            del self._actors[record.task_id]  # final and stored: the task is a record now
+
+    def _compact_deadlines(self) -> None:
+        """Forget heap entries of removed tasks once they are half the heap (amortised O(1))."""
+        deadlines = self._deadlines
+        if len(deadlines) > 2 * len(self._deadline_of) + 64:
+            deadlines[:] = [d for d in deadlines if self._deadline_of.get(d[1]) == d[0]]
+            heapq.heapify(deadlines)
+
+    async def _remove(self, task_id: str, error: ErrorValue) -> None:
+        if self._deadline_of.pop(task_id, None) is not None:
+            self._compact_deadlines()
+        actor = self._actors.pop(task_id, None)
+        if actor is not None:
+            self._forget_live(actor.owner, task_id)
+            self._deliver(actor, Stop(error))
+        try:
+            removed = await self.store.delete(task_id)
+        except Exception as exc:
+            log.error("task store failed to delete task %s: %r", task_id, exc, exc_info=exc)
             return
-        if self.tracer is not no_trace:
+        if self.tracer is not no_trace and (removed is not None or actor is not None):
             self.tracer("task.expired" if error is EXPIRED else "task.removed", {"task_id": task_id})
             self.tracer("actor.stop", {"actor": "TaskActor", "name": task_id})
-        self._forget_live(entry.owner, task_id)
-        self._deliver(entry.actor, Stop(error))
 
-    def _forget_live(self, owner: object, task_id: str) -> None:
+    async def _drop_owner(self, owner: str) -> None:
+        while True:
+            try:
+                records, _ = await self.store.page(owner, None, SWEEP_BATCH)
+            except Exception as exc:
+                log.error("task store failed to list an owner's tasks: %r", exc, exc_info=exc)
+                return
+            if not records:
+                return
+            for record in records:
+                await self._remove(record.task_id, GONE)
+
+    def _forget_live(self, owner: str, task_id: str) -> None:
         live = self._live.get(owner)
         if live is not None:
             live.discard(task_id)
             if not live:
                 del self._live[owner]
 
-    def _on_terminal(self, actor: TaskActor) -> None:
-        self.mailbox.put(_Ended(actor), system=True)
-
+    # -- crashes --------------------------------------------------------------------------
     def _on_crash(self, actor: TaskActor, error: BaseException) -> None:
-        log.error("task actor %s crashed: %r", actor.task_id, error, exc_info=error)
-        self.tracer("actor.crash", {"actor": "TaskActor", "name": actor.task_id, "error": repr(error)})
         self.mailbox.put(_Crashed(actor, error), system=True)
 
-    def _crashed(self, actor: TaskActor, error: BaseException) -> McpError:
-        # The actor is broken, so its state is ours now: settle it as failed, keeping the error.
-        failure = McpError(INTERNAL_ERROR, f"Internal error: task actor crashed: {error!r}")
-        if actor.outcome is None:
-            actor.outcome = TaskOutcome.from_error(failure)
-        if not actor.task.status.is_terminal:
-            actor.task = attrs.evolve(
-                actor.task,
-                status=TaskStatus.FAILED,
-                status_message=failure.message,
-                last_updated_at=self.now_iso(),
+    def _crashed(self, actor: TaskActor, error: BaseException) -> ErrorValue:
+        """The actor is broken, so its state is ours now: its task ends ``failed`` with the
+        error kept, every waiter is answered with it, and the record is stored."""
+        log.error("task actor %s crashed: %r", actor.task_id, error, exc_info=error)
+        self.tracer("actor.crash", {"actor": "TaskActor", "name": actor.task_id, "error": repr(error)})
+        failure = ErrorValue(INTERNAL_ERROR, f"Internal error: task actor crashed: {error!r}")
+        if actor.stopped:
+            return failure
+        old = actor.status
+        actor.crashed(failure, now=self.wall_clock())
+        if self.tracer is not no_trace and actor.status != old:
+            self.tracer(
+                "task.transition", {"task_id": actor.task_id, "old": old.value, "status": actor.status.value}
             )
-        actor.abort(failure)  # it stays in the table: later questions get its final state
         self._forget_live(actor.owner, actor.task_id)
+        self.mailbox.put(_Changed(actor, actor.record), system=True)
         return failure
 
     # -- TTL ------------------------------------------------------------------------------
-    async def _expire_loop(self) -> None:
+    async def _sweep_due(self) -> None:
+        """Delete records that expired while no process was serving them (durable stores)."""
         while True:
-            self._timer = trio.CancelScope(deadline=self._deadlines[0][0] if self._deadlines else math.inf)
+            try:
+                due = await self.store.due(self.wall_clock(), SWEEP_BATCH)
+            except Exception as exc:
+                log.error("task store failed to list expired tasks: %r", exc, exc_info=exc)
+                return
+            if not due:
+                return
+            for record in due:
+                await self._remove(record.task_id, EXPIRED)
+
+    async def _expire_loop(self) -> None:
+        deadlines = self._deadlines
+        while True:
+            self._timer = trio.CancelScope(deadline=deadlines[0][0] if deadlines else math.inf)
             with self._timer:
                 await trio.sleep_forever()
             now = trio.current_time()
-            while self._deadlines and self._deadlines[0][0] <= now:
-                _, seq, task_id = heapq.heappop(self._deadlines)
-                entry = self.store.get(task_id)
-                if entry is not None and entry.seq == seq:
-                    self._remove(task_id, EXPIRED)
+            due: list[str] = []
+            while deadlines and deadlines[0][0] <= now:
+                deadline, task_id = heapq.heappop(deadlines)
+                if self._deadline_of.get(task_id) == deadline:
+                    del self._deadline_of[task_id]
+                    due.append(task_id)
+            self._compact_deadlines()
+            if due:
+                self.mailbox.put(_Expire(tuple(due)), system=True)

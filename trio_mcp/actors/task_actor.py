@@ -1,51 +1,48 @@
-"""TaskActor: one per MCP task. It runs the work and answers Poll, AwaitResult and Cancel.
+"""TaskActor: the live side of one MCP task in the process that runs its work.
 
-Guarantees:
+It holds the task's current :class:`~trio_mcp.protocol.records.TaskRecord` (plain data, which
+the supervisor writes to the store after every change), the work's cancel scope and the
+``tasks/result`` waiters. Guarantees:
+
 - the work runs in its own cancel scope; Cancel cancels that scope, so the work really stops
   (it sees ``trio.Cancelled`` at its next checkpoint);
 - the task is ``cancelled`` before the Cancel is answered, and stays so whatever the work does;
 - every AwaitResult is answered exactly once: with the outcome when the task ends, or with an
-  error when it expires or the server stops;
+  error when it expires, its owner goes away or the server stops;
 - ``created_at`` / ``last_updated_at`` are stamped when those events happen, never at query time.
 
 A run-to-completion actor: its state changes only inside its own handlers, and no handler
 ever waits, so its supervisor delivers each message by running :meth:`TaskActor.receive` to
-completion in the supervisor's own Trio task (Trio's single thread makes that atomic). A
-task therefore costs one Trio task only while its work runs (in its own cancel scope, spawned
-by the supervisor); a finished task is plain data until its TTL ends.
+completion in the supervisor's own Trio task (Trio's single thread makes that atomic). A task
+costs one Trio task only while its work runs; once it has ended and its final record is
+stored, the supervisor forgets the actor and the task is a record in the store.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
 
 import attrs
 import trio
 
-from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, TASK_CANCELLED, McpError
-from ..protocol.messages import Task
-from ..protocol.tasks import TaskStatus, check_transition
+from ..protocol.errors import INTERNAL_ERROR, TASK_CANCELLED, ErrorValue, McpError
+from ..protocol.records import TaskOutcome, TaskRecord
+from ..protocol.tasks import TaskStatus
 from .runtime import Reply
 from .trace import Tracer, no_trace
 
-
-@attrs.frozen
-class TaskOutcome:
-    """What the underlying request produced: a result payload or a JSON-RPC error.
-
-    ``failed`` picks the terminal status (a tool's ``isError`` result fails its task in v1).
-    """
-
-    result: dict[str, Any] | None = None
-    error: McpError | None = None
-    failed: bool = False
-    message: str | None = None
-
-    @classmethod
-    def from_error(cls, error: McpError) -> TaskOutcome:
-        return cls(error=error, failed=True, message=error.message)
+__all__ = [
+    "CANCELLED",
+    "AwaitResult",
+    "Cancel",
+    "Poll",
+    "Start",
+    "Stop",
+    "TaskActor",
+    "TaskOutcome",
+    "Work",
+]
 
 
 # Messages. Each carries its own reply slot where an answer is due.
@@ -56,17 +53,21 @@ class Start:
 
 @attrs.frozen
 class Poll:
-    reply: Reply[Task]
+    reply: Reply[TaskRecord]
 
 
 @attrs.frozen
 class AwaitResult:
+    """Answered with the task's outcome once it has ended (an error outcome too)."""
+
     reply: Reply[TaskOutcome]
 
 
 @attrs.frozen
 class Cancel:
-    reply: Reply[Task]
+    """Answered with the record and whether the task had already ended (then nothing changed)."""
+
+    reply: Reply[tuple[TaskRecord, bool]]
     reason: str = "The task was cancelled by request."
 
 
@@ -74,16 +75,14 @@ class Cancel:
 class Stop:
     """Stop for good (expiry, owner gone, shutdown): waiters get ``error``."""
 
-    error: McpError
+    error: ErrorValue
 
 
 TaskMessage = Start | Poll | AwaitResult | Cancel | Stop
 
 Work = Callable[["TaskActor"], Awaitable[TaskOutcome]]
-Clock = Callable[[], str]
 
-EXPIRED = McpError(INVALID_PARAMS, "Failed to retrieve task: Task has expired")
-CANCELLED = McpError(TASK_CANCELLED, "Task was cancelled: the request has no result")
+CANCELLED = ErrorValue(TASK_CANCELLED, "Task was cancelled: the request has no result")
 
 
 class TaskActor:
@@ -93,61 +92,64 @@ class TaskActor:
         "_clock",
         "_input_waits",
         "_on_change",
-        "_on_terminal",
         "_scope",
         "_stopped",
         "_tracer",
         "_waiters",
         "_work",
-        "outcome",
-        "owner",
-        "task",
+        "record",
+        "watcher",
     )
 
     def __init__(
         self,
-        task: Task,
+        record: TaskRecord,
         work: Work,
         *,
-        owner: object,
-        clock: Clock,
-        on_change: Callable[[Task], None],
-        on_terminal: Callable[[TaskActor], None],
+        clock: Callable[[], float],
+        on_change: Callable[[TaskActor, TaskRecord], None],
+        watcher: Callable[[TaskRecord], None] | None = None,
         tracer: Tracer = no_trace,
     ) -> None:
         self._tracer = tracer if tracer is not no_trace else None
-        self.task = task
-        self.owner = owner
-        self.outcome: TaskOutcome | None = None
+        self.record = record
         self._work = work
         self._clock = clock
         self._on_change = on_change
-        self._on_terminal = on_terminal
+        self.watcher = watcher
+        """Told every new record (the creating session sends status notifications from it)."""
         self._waiters: list[Reply[TaskOutcome]] = []
         self._scope = trio.CancelScope()
         self._input_waits = 0
-        self._stopped: McpError | None = None
+        self._stopped: ErrorValue | None = None
 
     @property
     def task_id(self) -> str:
-        return self.task.task_id
+        return self.record.task_id
+
+    @property
+    def owner(self) -> str:
+        return self.record.owner
 
     @property
     def status(self) -> TaskStatus:
-        return self.task.status
+        return self.record.status
 
-    # -- state changes (only ever made by this actor) ------------------------------------
-    def _transition(self, status: TaskStatus, message: str | None) -> None:
-        old = self.task.status
-        check_transition(old, status)
-        if self._tracer is not None:
+    @property
+    def stopped(self) -> bool:
+        return self._stopped is not None
+
+    # -- state changes (only ever made by this actor, or its supervisor after a crash) ----
+    def _set(self, record: TaskRecord) -> None:
+        # The supervisor hears of the change first: if that raises (a crash), the change was
+        # never made, and the supervisor settles the task as failed from the state before it.
+        self._on_change(self, record)
+        if self._tracer is not None and record.status != self.record.status:
             self._tracer(
-                "task.transition", {"task_id": self.task.task_id, "old": old.value, "status": status.value}
+                "task.transition",
+                {"task_id": record.task_id, "old": self.record.status.value, "status": record.status.value},
             )
-        self.task = attrs.evolve(
-            self.task, status=status, status_message=message, last_updated_at=self._clock()
-        )
-        self._on_change(self.task)
+        self.record = record
 
     @contextlib.contextmanager
     def awaiting_input(self, message: str | None = None) -> Iterator[None]:
@@ -157,37 +159,33 @@ class TaskActor:
         ``working``. A task cancelled meanwhile stays ``cancelled``.
         """
         self._input_waits += 1
-        if self._input_waits == 1 and self.task.status == TaskStatus.WORKING:
-            self._transition(TaskStatus.INPUT_REQUIRED, message)
+        if self._input_waits == 1 and self.record.status == TaskStatus.WORKING and self._stopped is None:
+            self._set(self.record.transition(TaskStatus.INPUT_REQUIRED, message, now=self._clock()))
         try:
             yield
         finally:
             self._input_waits -= 1
-            stopped = self._stopped is not None  # removed: its state is final
-            if self._input_waits == 0 and self.task.status == TaskStatus.INPUT_REQUIRED and not stopped:
-                self._transition(TaskStatus.WORKING, None)
+            if (
+                self._input_waits == 0
+                and self.record.status == TaskStatus.INPUT_REQUIRED
+                and self._stopped is None  # removed: its state is final
+            ):
+                self._set(self.record.transition(TaskStatus.WORKING, None, now=self._clock()))
 
     def set_status_message(self, message: str | None) -> None:
         """Update ``statusMessage`` of a live task (from the work's context)."""
-        if self.task.status.is_terminal or message == self.task.status_message:
+        if self.record.is_terminal or self._stopped is not None or message == self.record.status_message:
             return
-        self.task = attrs.evolve(self.task, status_message=message, last_updated_at=self._clock())
-        self._on_change(self.task)
+        self._set(self.record.with_message(message, now=self._clock()))
 
-    def _finish(self, status: TaskStatus, outcome: TaskOutcome, message: str | None) -> None:
-        self._transition(status, message)
-        self.outcome = outcome
+    def settle(self, outcome: TaskOutcome, status: TaskStatus | None = None) -> None:
+        """End the task with ``outcome`` and answer every waiter (no-op once terminal)."""
+        if self.record.is_terminal:
+            return
+        self._set(self.record.settle(outcome, now=self._clock(), status=status))
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
-            self._answer(waiter)
-        self._on_terminal(self)
-
-    def _answer(self, waiter: Reply[TaskOutcome]) -> None:
-        assert self.outcome is not None
-        if self.outcome.error is not None and self.outcome.result is None:
-            waiter.fail(self.outcome.error)
-        else:
-            waiter.send(self.outcome)
+            waiter.send(outcome)
 
     # -- the work: a Trio task the supervisor spawns on Start -------------------------------
     async def run_work(self, on_crash: Callable[[TaskActor, BaseException], None]) -> None:
@@ -202,12 +200,11 @@ class TaskActor:
                 try:
                     outcome = await self._work(self)
                 except McpError as exc:
-                    outcome = TaskOutcome.from_error(exc)
+                    outcome = TaskOutcome.from_error(exc.value)
                 except Exception as exc:
-                    outcome = TaskOutcome.from_error(McpError(INTERNAL_ERROR, f"Internal error: {exc}"))
-            if outcome is not None and not self.task.status.is_terminal and self._stopped is None:
-                status = TaskStatus.FAILED if outcome.failed else TaskStatus.COMPLETED
-                self._finish(status, outcome, outcome.message)
+                    outcome = TaskOutcome.from_error(ErrorValue(INTERNAL_ERROR, f"Internal error: {exc}"))
+            if outcome is not None and self._stopped is None:
+                self.settle(outcome)
         except Exception as exc:
             on_crash(self, exc)
 
@@ -216,37 +213,50 @@ class TaskActor:
         """Handle one message. Never waits; answers go to the message's reply slot."""
         if self._stopped is not None:
             if not isinstance(message, Stop):
-                message.reply.fail(self._stopped)
+                message.reply.fail(self._stopped.exception())
         elif isinstance(message, Poll):
-            message.reply.send(self.task)
+            message.reply.send(self.record)
         elif isinstance(message, AwaitResult):
-            if self.outcome is not None:
-                self._answer(message.reply)
+            outcome = self.record.outcome
+            if outcome is not None:
+                message.reply.send(outcome)
             else:
                 self._waiters.append(message.reply)
         elif isinstance(message, Cancel):
-            if self.task.status.is_terminal:
-                message.reply.fail(
-                    McpError(
-                        INVALID_PARAMS,
-                        f"Cannot cancel task: already in terminal status '{self.task.status.value}'",
-                    )
-                )
+            if self.record.is_terminal:
+                message.reply.send((self.record, True))
                 return
             self._scope.cancel()
-            self._finish(TaskStatus.CANCELLED, TaskOutcome.from_error(CANCELLED), message.reason)
-            message.reply.send(self.task)
+            self.settle(
+                TaskOutcome(error=CANCELLED, failed=True, message=message.reason), TaskStatus.CANCELLED
+            )
+            message.reply.send((self.record, False))
         elif isinstance(message, Stop):
             self.stop(message.error)
 
-    def abort(self, error: McpError) -> None:
+    def abort(self, error: ErrorValue) -> None:
         """Cancel the work if it still runs and fail every waiter with ``error``."""
         self._scope.cancel()
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
-            waiter.fail(error)
+            waiter.fail(error.exception())
 
-    def stop(self, error: McpError) -> None:
+    def stop(self, error: ErrorValue) -> None:
         """Stop for good (the task is being removed): abort, and answer ``error`` from now on."""
         self._stopped = error
         self.abort(error)
+
+    def crashed(self, failure: ErrorValue, *, now: float) -> None:
+        """Settle as ``failed`` with ``failure`` kept, after a crash of this actor. Called by the
+        supervisor, which owns a broken actor's state: no callback runs (one may be what broke);
+        the supervisor stores the record itself. Every waiter is answered with the failure."""
+        self._scope.cancel()
+        outcome = TaskOutcome.from_error(failure)
+        if not self.record.is_terminal:
+            self.record = self.record.settle(outcome, now=now)
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.send(self.record.outcome or outcome)
+
+    def __repr__(self) -> str:
+        return f"<TaskActor {self.task_id} {self.record.status.value}>"

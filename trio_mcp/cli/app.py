@@ -18,11 +18,11 @@ from click.core import ParameterSource
 from rich.markup import escape
 from rich.text import Text
 
-from ..actors.client import Client
-from ..actors.server import Server
+from ..client import Client
 from ..protocol.errors import TASK_CANCELLED, McpError
 from ..protocol.messages import CallToolResult, Task, Tool
 from ..protocol.tasks import TaskStatus
+from ..server import Server
 from .elicit import TerminalElicitor
 from .errors import CliError, ExitCode, usage_error
 from .follow import TaskFollower
@@ -301,7 +301,8 @@ def _serve(
 async def _serve_ws(
     server: Server, address: tuple[str, int], token: str | None, origins: tuple[str, ...]
 ) -> None:
-    from ..transports.websocket import DEFAULT_ALLOWED_ORIGINS, serve_websocket
+    from ..server import serve_websocket
+    from ..transports.security import DEFAULT_ALLOWED_ORIGINS
 
     host, port = address
     serve = functools.partial(

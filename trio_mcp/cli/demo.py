@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
-from ..actors.client import Client
+from ..client import Client
 from ..protocol.errors import McpError
 from ..protocol.messages import ElicitRequestParams, ElicitResult
 from .errors import ExitCode

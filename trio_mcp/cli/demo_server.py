@@ -77,7 +77,8 @@ def main() -> None:
     import logging
     import sys
 
-    from trio_mcp.transports.websocket import parse_host_port, serve_websocket
+    from trio_mcp.server import serve_websocket
+    from trio_mcp.transports.websocket import parse_host_port
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(

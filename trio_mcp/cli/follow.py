@@ -32,7 +32,7 @@ from rich.progress import Task as ProgressTask
 from rich.spinner import Spinner
 from rich.text import Text
 
-from ..actors.client import Client
+from ..client import Client
 from ..protocol.errors import McpError
 from ..protocol.messages import ProgressParams, Task
 from ..protocol.tasks import TaskStatus

@@ -19,8 +19,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ..actors.server import Server
 from ..protocol.messages import Tool
+from ..server import Server
 from .errors import CliError, ExitCode, usage_error
 
 __all__ = [

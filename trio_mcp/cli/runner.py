@@ -12,8 +12,7 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
-from ..actors.client import Client, ElicitationHandler, connect
-from ..actors.endpoint import ConnectionClosed
+from ..client import Client, ConnectionClosed, ElicitationHandler, connect
 from ..protocol.errors import McpError
 from ..transports.stdio import SubprocessTransport, open_subprocess_transport
 from .errors import CliError, ExitCode

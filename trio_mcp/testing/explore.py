@@ -33,18 +33,19 @@ from __future__ import annotations
 
 import contextlib
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sized
 from typing import Any, Literal
 
 import attrs
 import trio
 
 from ..actors.runtime import Reply
-from ..actors.server import Server
 from ..actors.task_actor import Cancel
 from ..protocol.errors import INVALID_PARAMS, McpError
 from ..protocol.messages import Task
+from ..protocol.records import TaskRecord
 from ..protocol.tasks import TERMINAL, TaskStatus
+from ..server import Server
 from .determinism import DEFAULT_SEED, run
 from .harness import WATCHDOG, Harness, Pending, open_harness
 from .monitor import Checkpoint, Work
@@ -201,7 +202,7 @@ def explore_cancellation(
 async def _explore_once(spec: _Spec, k: int | None) -> ExplorationRun:
     violations: list[str] = []
     injected: list[Checkpoint] = []
-    replies: list[Reply[Task]] = []
+    replies: list[Reply[tuple[TaskRecord, bool]]] = []
     statuses: list[str] = []
     checkpoints: list[Checkpoint] = []
     trace_text = ""
@@ -227,7 +228,7 @@ async def _explore_once(spec: _Spec, k: int | None) -> ExplorationRun:
                     if actor is None:
                         violations.append(f"checkpoint {k}: the task is no longer in the server's table")
                         return
-                    reply: Reply[Task] = Reply()
+                    reply: Reply[tuple[TaskRecord, bool]] = Reply()
                     replies.append(reply)
                     actor.receive(Cancel(reply))  # what its supervisor does with a routed Cancel
                 elif spec.via == "request":
@@ -330,8 +331,10 @@ async def _explore_once(spec: _Spec, k: int | None) -> ExplorationRun:
                 violations.append(f"the task changed after it ended: {' -> '.join(final)}")
             if not any(e.kind in ("task.expired", "task.removed") for e in h.trace.for_task(task_id)):
                 violations.append("the task was never expired or removed")
-            if len(h.runtime.supervisor.store):
-                violations.append(f"{len(h.runtime.supervisor.store)} task(s) left in the server's table")
+            store = h.runtime.supervisor.store
+            stored = len(store) if isinstance(store, Sized) else 0
+            if stored or h.runtime.supervisor.actors:
+                violations.append(f"{stored} task(s) left in the server's table")
             actors = [a for a in h.trace.running_actors() if a.startswith("TaskActor")]
             if actors:
                 violations.append(f"actors left running: {', '.join(actors)}")

@@ -11,9 +11,9 @@ import outcome
 import trio
 import trio.testing
 
-from ..actors.client import Client, ProgressCallback, connect
-from ..actors.server import Server, ServerRuntime
 from ..actors.task_actor import TaskActor
+from ..client import Client, ProgressCallback, connect
+from ..server import Server, ServerRuntime
 from .faults import Faults, Link
 from .monitor import Checkpoint, Gate, Work, WorkMonitor, instrument_server
 from .trace import Trace
@@ -147,7 +147,7 @@ class Harness:
     async def connect(
         self,
         *,
-        owner: object | None = None,
+        owner: str | None = None,
         faults: Faults | None = None,
         initialize: bool = True,
         **client_options: Any,
@@ -212,9 +212,8 @@ class Harness:
         return self.trace.raw_id(task)
 
     def actor(self, task: str) -> TaskActor | None:
-        """The live TaskActor of a task still in the server's table."""
-        entry = self.runtime.supervisor.store.get(self.task_id(task))
-        return entry.actor if entry is not None else None
+        """The live TaskActor of a task still running (None once it is only a stored record)."""
+        return self.runtime.supervisor.actor(self.task_id(task))
 
     def work(self, task: str) -> Work | None:
         """The monitor's record of the task's work (None before it starts)."""
@@ -226,9 +225,15 @@ class Harness:
         return list(work.checkpoints) if work is not None else []
 
     def status(self, task: str) -> str | None:
-        """The task's status as the server holds it now (None once it left the table)."""
+        """The task's status as the server holds it now (None once it was removed)."""
         actor = self.actor(task)
-        return actor.status.value if actor is not None else None
+        if actor is not None:
+            return actor.status.value
+        events = self.trace.for_task(task)
+        if any(e.kind in ("task.expired", "task.removed") for e in events):
+            return None
+        statuses = self.trace.statuses(task)
+        return statuses[-1] if statuses else None
 
 
 @asynccontextmanager
@@ -236,7 +241,7 @@ async def open_harness(
     server: Server,
     *,
     faults: Faults | None = None,
-    owner: object | None = None,
+    owner: str | None = None,
     epoch: float = EPOCH,
     trace: Trace | None = None,
     initialize: bool = True,

@@ -27,8 +27,7 @@ import trio
 
 import trio_mcp
 
-from ..actors.context import Context
-from ..actors.server import RegisteredTool, Server
+from ..server import Context, RegisteredTool, Server
 from .faults import Faults, ToolFault
 
 __all__ = ["Checkpoint", "Gate", "Work", "WorkMonitor", "instrument_server"]

@@ -29,8 +29,8 @@ import pytest
 import trio
 import trio.testing
 
-from ..actors.client import Client
-from ..actors.server import Server
+from ..client import Client
+from ..server import Server
 from .determinism import DEFAULT_SEED, deterministic_scheduling
 from .harness import Harness, open_harness
 

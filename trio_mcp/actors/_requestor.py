@@ -11,7 +11,7 @@ import trio
 from ..protocol.converter import structure
 from ..protocol.messages import CreateTaskResult, ListTasksResult, Task
 from ..protocol.tasks import TaskStatus
-from .endpoint import Endpoint
+from ._endpoint import Endpoint
 
 
 class TaskRequestor:

@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Protocol
 
 import trio
 
+from ..actors._endpoint import NO_RESPONSE, ConnectionClosed, Endpoint
+from ..actors._receiver import Started, TaskReceiver
+from ..actors._requestor import TaskRequestor
+from ..actors.runtime import unwrap_single
+from ..actors.supervisor import TaskSupervisor
+from ..actors.task_actor import TaskActor
 from ..protocol import jsonrpc
 from ..protocol.converter import structure, unstructure
-from ..protocol.errors import INVALID_REQUEST, METHOD_NOT_FOUND, McpError
+from ..protocol.errors import INVALID_REQUEST, METHOD_NOT_FOUND, ErrorValue, McpError
+from ..protocol.handshake import HandshakeDialect
 from ..protocol.messages import (
     CallToolResult,
     CreateMessageParams,
@@ -29,22 +36,42 @@ from ..protocol.messages import (
     InitializeResult,
     ListTasksResult,
     ListToolsResult,
+    PaginatedParams,
     ProgressParams,
     Task,
+    TaskIdParams,
     TaskMetadata,
     Tool,
 )
+from ..protocol.records import TaskOutcome
 from ..protocol.versions import LATEST_VERSION
 from ..transports.base import Transport
-from .endpoint import NO_RESPONSE, Endpoint
-from .receiver import TaskReceiver
-from .requestor import TaskRequestor
-from .runtime import unwrap_single
-from .supervisor import TaskSupervisor
-from .task_actor import TaskActor, TaskOutcome
+from ..transports.memory import memory_transport_pair
+from ..transports.stdio import open_subprocess_transport
 
-if TYPE_CHECKING:
-    from .server import Server
+__all__ = [
+    "Client",
+    "ConnectionClosed",
+    "ElicitationHandler",
+    "ProgressCallback",
+    "SamplingHandler",
+    "Servable",
+    "StatusCallback",
+    "connect",
+    "connect_in_memory",
+    "connect_stdio",
+]
+
+
+class _Runtime(Protocol):
+    async def serve(self, transport: Transport) -> None: ...
+
+
+class Servable(Protocol):
+    """What :func:`connect_in_memory` serves: anything with ``open()`` like :class:`~trio_mcp.Server`."""
+
+    def open(self) -> AbstractAsyncContextManager[_Runtime]: ...
+
 
 ProgressCallback = Callable[[ProgressParams], None]
 StatusCallback = Callable[[Task], None]
@@ -106,7 +133,7 @@ class Client(Endpoint):
             await self._serve_tasks(request, self.receiver)
         else:
             await self.respond_error(
-                request.id, McpError(METHOD_NOT_FOUND, f"Method not found: {request.method}")
+                request.id, ErrorValue(METHOD_NOT_FOUND, f"Method not found: {request.method}")
             )
 
     async def _run_handler(
@@ -138,21 +165,29 @@ class Client(Endpoint):
             self.nursery.start_soon(self.answer, request, plain)
 
     async def _serve_tasks(self, request: jsonrpc.Request, receiver: TaskReceiver) -> None:
-        handler = {
-            "tasks/get": receiver.get,
-            "tasks/cancel": receiver.cancel,
-            "tasks/list": receiver.list,
-            "tasks/result": receiver.result,
-        }.get(request.method)
-        if handler is None:
+        method = request.method
+        if method not in ("tasks/get", "tasks/cancel", "tasks/list", "tasks/result"):
             await self.respond_error(
-                request.id, McpError(METHOD_NOT_FOUND, f"Method not found: {request.method}")
+                request.id, ErrorValue(METHOD_NOT_FOUND, f"Method not found: {request.method}")
             )
-        elif request.method == "tasks/result":
+            return
+
+        async def handle(request: jsonrpc.Request) -> dict[str, Any]:
+            if method == "tasks/list":
+                return await receiver.start_list(structure(request.params, PaginatedParams).cursor).wait()
+            task_id = structure(request.params, TaskIdParams).task_id
+            if method == "tasks/result":
+                return await receiver.result(task_id)
+            started: Started = (receiver.start_get if method == "tasks/get" else receiver.start_cancel)(
+                task_id
+            )
+            return await started.wait()
+
+        if method == "tasks/result":
             assert self.nursery is not None
-            self.nursery.start_soon(self.answer, request, handler)
+            self.nursery.start_soon(self.answer, request, handle)
         else:
-            await self.answer(request, handler)
+            await self.answer(request, handle)
 
     async def on_notification(self, notification: jsonrpc.Notification) -> None:
         try:
@@ -313,7 +348,7 @@ async def connect(
                 # The client runs tasks for the server too: the same actors as a server session.
                 supervisor = TaskSupervisor()
                 await nursery.start(supervisor.run)
-                client.receiver = TaskReceiver(client, supervisor, owner="server")
+                client.receiver = TaskReceiver(client, supervisor, "server", HandshakeDialect())
 
             async def reader() -> None:
                 await client.run_connection(nursery)
@@ -332,8 +367,6 @@ async def connect(
 @asynccontextmanager
 async def connect_stdio(command: Sequence[str], **kwargs: Any) -> AsyncIterator[Client]:
     """Spawn ``command`` as an MCP server over stdio and connect to it."""
-    from ..transports.stdio import open_subprocess_transport
-
     handlers = {key: kwargs.pop(key) for key in ("on_elicit", "on_sample") if key in kwargs}
     async with (
         open_subprocess_transport(command, **kwargs) as transport,
@@ -343,12 +376,11 @@ async def connect_stdio(command: Sequence[str], **kwargs: Any) -> AsyncIterator[
 
 
 @asynccontextmanager
-async def connect_in_memory(server: Server, **handlers: Any) -> AsyncIterator[Client]:
-    """Serve ``server`` in this process and connect a client to it in memory.
+async def connect_in_memory(server: Servable, **handlers: Any) -> AsyncIterator[Client]:
+    """Serve ``server`` (a :class:`~trio_mcp.Server`) in this process and connect a client to
+    it in memory.
 
     ``handlers`` (``on_elicit``, ``on_sample``) are passed to :func:`connect`."""
-    from ..transports.memory import memory_transport_pair
-
     client_side, server_side = memory_transport_pair()
     with unwrap_single():
         async with server.open() as runtime, trio.open_nursery() as nursery:

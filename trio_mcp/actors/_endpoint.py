@@ -16,7 +16,7 @@ from typing import Any
 import trio
 
 from ..protocol import jsonrpc
-from ..protocol.errors import INTERNAL_ERROR, INVALID_REQUEST, McpError
+from ..protocol.errors import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, ErrorValue, McpError
 from ..transports.base import MessageTooLarge, Transport
 from .runtime import MailboxFull, Reply
 from .trace import Tracer, no_trace
@@ -26,6 +26,8 @@ log = logging.getLogger("trio_mcp")
 DEFAULT_OUTBOUND_SIZE = 1024
 MAX_BATCH = 256
 """Most messages the writer takes from the queue for one write."""
+
+OVERLOADED = ErrorValue(INTERNAL_ERROR, "Server overloaded; retry later")
 
 NO_RESPONSE: dict[str, Any] = {}
 """Returned by a handler that already sent its response itself."""
@@ -113,7 +115,7 @@ class Endpoint:
             data = jsonrpc.encode_error(id, INTERNAL_ERROR, f"Internal error: result is not JSON: {exc}")
         await self.send(data)
 
-    async def respond_error(self, id: jsonrpc.RequestId | None, error: McpError) -> None:
+    async def respond_error(self, id: jsonrpc.RequestId | None, error: ErrorValue) -> None:
         await self.send(jsonrpc.encode_error(id, error.code, error.message, error.data))
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -165,7 +167,7 @@ class Endpoint:
             except (trio.EndOfChannel, trio.BrokenResourceError, trio.ClosedResourceError):
                 return
             except MessageTooLarge as exc:
-                await self.respond_error(None, McpError(INVALID_REQUEST, f"Invalid request: {exc}"))
+                await self.respond_error(None, ErrorValue(INVALID_REQUEST, f"Invalid request: {exc}"))
                 continue
             if self._tracer is not None:
                 self._tracer("message.in", {"connection": self.name, "data": data})
@@ -206,14 +208,14 @@ class Endpoint:
         try:
             result = await handler(request)
         except McpError as exc:
-            await self.respond_error(request.id, exc)
+            await self.respond_error(request.id, exc.value)
         except MailboxFull:
-            await self.respond_error(request.id, McpError(INTERNAL_ERROR, "Server overloaded; retry later"))
+            await self.respond_error(request.id, OVERLOADED)
         except ConnectionClosed:
             raise
         except Exception as exc:
             log.error("handler for %s failed: %r", request.method, exc, exc_info=exc)
-            await self.respond_error(request.id, McpError(INTERNAL_ERROR, f"Internal error: {exc}"))
+            await self.respond_error(request.id, ErrorValue(INTERNAL_ERROR, f"Internal error: {exc}"))
         else:
             if result is not NO_RESPONSE:
                 await self.respond(request.id, result)
@@ -222,7 +224,9 @@ class Endpoint:
         """Called once when the peer is gone, before pending requests fail (override)."""
 
     async def on_request(self, request: jsonrpc.Request) -> None:
-        await self.respond_error(request.id, McpError(-32601, f"Method not found: {request.method}"))
+        await self.respond_error(
+            request.id, ErrorValue(METHOD_NOT_FOUND, f"Method not found: {request.method}")
+        )
 
     async def on_notification(self, notification: jsonrpc.Notification) -> None:
         return None

@@ -24,6 +24,10 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
+from ..actors._session import SessionActor, ToolCall
+from ..actors.store import TaskStore
+from ..actors.supervisor import TaskLimits, TaskSupervisor
+from ..actors.trace import Tracer, no_trace
 from ..protocol.converter import unstructure
 from ..protocol.errors import McpError
 from ..protocol.messages import (
@@ -40,9 +44,10 @@ from ..protocol.messages import (
 )
 from ..protocol.schema import ArgumentError, ArgumentSpec, argument_spec
 from ..transports.base import Transport
-from .context import Context
-from .supervisor import TaskLimits, TaskSupervisor
-from .trace import Tracer, no_trace
+from ..transports.stdio import open_stdio_transport
+from ._context import Context
+
+__all__ = ["GC_THRESHOLD", "RegisteredTool", "Server", "ServerRuntime", "tune_gc"]
 
 log = logging.getLogger("trio_mcp")
 
@@ -63,7 +68,7 @@ class RegisteredTool:
     def name(self) -> str:
         return self.tool.name
 
-    async def call(self, arguments: dict[str, Any] | None, ctx: Context) -> CallToolResult:
+    async def call(self, arguments: dict[str, Any] | None, call: ToolCall) -> CallToolResult:
         """Validate and run. Bad arguments and tool exceptions become ``isError`` results;
         an :class:`McpError` raised by the tool stays a protocol error."""
         try:
@@ -71,7 +76,7 @@ class RegisteredTool:
         except ArgumentError as exc:
             return error_result(f"Invalid arguments for tool '{self.name}': {exc}")
         if self.context_param is not None:
-            kwargs[self.context_param] = ctx
+            kwargs[self.context_param] = Context(call)
         try:
             return to_result(await self.fn(**kwargs))
         except McpError:
@@ -205,18 +210,23 @@ class Server:
     # -- serving --------------------------------------------------------------------------
     @asynccontextmanager
     async def open(
-        self, *, tracer: Tracer = no_trace, wall_clock: Callable[[], float] = time.time
+        self,
+        *,
+        tracer: Tracer = no_trace,
+        wall_clock: Callable[[], float] = time.time,
+        store: TaskStore | None = None,
     ) -> AsyncIterator[ServerRuntime]:
         """Start the task supervisor; serve any number of connections inside the block.
 
         ``tracer`` receives every runtime event (see :mod:`trio_mcp.actors.trace`);
-        ``wall_clock`` gives the epoch seconds stamped on tasks (tests pin it).
+        ``wall_clock`` gives the epoch seconds stamped on tasks (tests pin it); ``store``
+        keeps the task records (default: a new :class:`~trio_mcp.actors.store.MemoryTaskStore`).
 
         >>> # async with server.open() as runtime:
         >>> #     nursery.start_soon(runtime.serve, transport)
         """
         async with trio.open_nursery() as nursery:
-            supervisor = TaskSupervisor(self.limits, wall_clock=wall_clock, tracer=tracer)
+            supervisor = TaskSupervisor(self.limits, store=store, wall_clock=wall_clock, tracer=tracer)
             await nursery.start(supervisor.run)
             try:
                 yield ServerRuntime(self, supervisor)
@@ -230,8 +240,6 @@ class Server:
 
     async def serve_stdio(self) -> None:
         """Serve over this process's stdin/stdout until stdin closes."""
-        from ..transports.stdio import open_stdio_transport
-
         async with open_stdio_transport() as transport:
             await self.serve(transport)
 
@@ -271,15 +279,13 @@ class ServerRuntime:
     server: Server
     supervisor: TaskSupervisor
 
-    async def serve(self, transport: Transport, *, owner: object | None = None) -> None:
+    async def serve(self, transport: Transport, *, owner: str | None = None) -> None:
         """Run a session actor on ``transport`` until the peer hangs up.
 
-        Tasks belong to ``owner`` (default: this connection). Connection-owned tasks are
-        cancelled and removed when the connection closes; tasks of an explicit owner (an
-        authenticated identity) outlive it.
+        Tasks belong to ``owner``, a string identity (default: one minted for this connection).
+        Connection-owned tasks are cancelled and removed when the connection closes; tasks of
+        an explicit owner (an authenticated identity) outlive it.
         """
-        from .session import SessionActor
-
         session = SessionActor(self.server, self.supervisor, transport, owner=owner)
         try:
             await session.run()

@@ -1,0 +1,84 @@
+"""Helpers shared by several test modules (import them with ``from conftest import ...``).
+
+Only helpers that really were the same code in more than one module live here. The modules'
+``Probe``, ``make_server`` and ``Wire`` stay where they are: they share a name, not a body (each
+module's server has its own tools and server info, and each probe records different things).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+if TYPE_CHECKING:
+    import mcp.types
+
+    from trio_mcp import Client, Server
+    from trio_mcp.transports.memory import MemoryTransport
+
+# trio_mcp, anyio and mcp are imported inside the helpers that use them: every test module loads
+# this file, and a module that uses none of these helpers should not fail with them.
+
+# ----------------------------------------------------------------------------- in-process servers
+
+
+@asynccontextmanager
+async def kit_client(server: Server, **options: Any) -> AsyncIterator[Client]:
+    """A client on the testing kit's harness (mock clock, trace, watchdog)."""
+    from trio_mcp.testing import open_harness
+
+    async with open_harness(server, **options) as harness:
+        yield harness.client
+
+
+@asynccontextmanager
+async def serve_in_memory(server: Server, **transport_options: Any) -> AsyncIterator[MemoryTransport]:
+    """Serve one session of ``server`` over an in-memory transport; yield the client's end.
+
+    ``transport_options`` go to :func:`memory_transport_pair` (e.g. ``max_message_size``). The
+    session is cancelled when the block exits.
+    """
+    from trio_mcp.transports.memory import memory_transport_pair
+
+    client_side, server_side = memory_transport_pair(**transport_options)
+    async with server.open() as runtime, trio.open_nursery() as nursery:
+        nursery.start_soon(runtime.serve, server_side)
+        yield client_side
+        nursery.cancel_scope.cancel()
+
+
+# ----------------------------------------------------------------------------- interop (reference SDK)
+
+
+def exception_leaves(error: BaseException) -> list[BaseException]:
+    """The non-group exceptions inside ``error`` (nested groups flattened), or ``[error]``."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for sub in error.exceptions for leaf in exception_leaves(sub)]
+    return [error]
+
+
+def run_on_asyncio(main: Callable[[], Awaitable[None]]) -> None:
+    """``anyio.run(main, backend="asyncio")``; a lone exception wrapped in (nested) groups by the
+    SDK's task groups, e.g. a failed assertion, is re-raised unwrapped."""
+    import anyio
+
+    try:
+        anyio.run(main, backend="asyncio")
+    except BaseExceptionGroup as group:
+        leaves = exception_leaves(group)
+        if len(leaves) == 1:
+            raise leaves[0] from group
+        raise
+
+
+def sdk_text_of(result: mcp.types.CallToolResult) -> str:
+    """The text of an SDK ``CallToolResult`` that must hold exactly one text block."""
+    import mcp.types as types
+
+    assert len(result.content) == 1, result.content
+    block = result.content[0]
+    assert isinstance(block, types.TextContent), block
+    return block.text

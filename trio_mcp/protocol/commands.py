@@ -1,0 +1,106 @@
+"""Era-neutral commands: what a request *means*, whichever protocol era it was written in.
+
+A dialect (one per era, e.g. :mod:`trio_mcp.protocol.handshake`) turns a parsed JSON-RPC
+message into one of these, or into the :class:`~trio_mcp.protocol.errors.ErrorValue` to
+answer; the session acts on commands and hands the era-neutral outcome (a task record, a tool
+result, an error) back to its dialect to be written in that era's shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from .messages import Implementation
+
+__all__ = [
+    "AwaitTaskResult",
+    "CallTool",
+    "CancelRequest",
+    "CancelTask",
+    "Command",
+    "GetTask",
+    "Initialize",
+    "ListTasks",
+    "ListTools",
+    "Ping",
+    "SetLogLevel",
+]
+
+
+@attrs.frozen
+class Initialize:
+    """Open a handshake-era connection."""
+
+    protocol_version: str
+    capabilities: dict[str, Any]
+    client_info: Implementation
+
+
+@attrs.frozen
+class Ping:
+    pass
+
+
+@attrs.frozen
+class SetLogLevel:
+    level: str
+
+
+@attrs.frozen
+class ListTools:
+    cursor: str | None
+
+
+@attrs.frozen
+class CallTool:
+    """Run a tool: as a task when ``as_task`` (the dialect has checked the tool allows it)."""
+
+    name: str
+    arguments: dict[str, Any] | None
+    progress_token: int | str | None = None
+    as_task: bool = False
+    ttl_ms: int | None = None
+
+
+@attrs.frozen
+class GetTask:
+    task_id: str
+
+
+@attrs.frozen
+class CancelTask:
+    task_id: str
+
+
+@attrs.frozen
+class ListTasks:
+    cursor: str | None
+
+
+@attrs.frozen
+class AwaitTaskResult:
+    """Wait for a task to end and answer with what its request produced."""
+
+    task_id: str
+
+
+@attrs.frozen
+class CancelRequest:
+    """A notification: stop working on the peer's request ``request_id``."""
+
+    request_id: int | str
+
+
+Command = (
+    Initialize
+    | Ping
+    | SetLogLevel
+    | ListTools
+    | CallTool
+    | GetTask
+    | CancelTask
+    | ListTasks
+    | AwaitTaskResult
+)

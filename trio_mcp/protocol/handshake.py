@@ -1,0 +1,286 @@
+"""The handshake-era dialect: MCP 2024-11-05 … 2025-11-25, with core tasks (SEP-1686) in 2025-11-25.
+
+Sans-IO and per connection: it remembers what ``initialize`` agreed (version, the client's
+capabilities, its log level) and decides everything a message means in this era — the
+initialize gate, which methods exist in the negotiated version, whether a tool may or must run
+as a task, what the client must have declared before the server asks it for input — and how
+era-neutral outcomes (task records, tool results, errors) are written on this era's wire.
+
+>>> from trio_mcp.protocol.jsonrpc import Request
+>>> dialect = HandshakeDialect()
+>>> dialect.interpret(Request(1, "tools/list"), lambda name: None)
+ErrorValue(code=-32600, message="Invalid request: send 'initialize' first", data=None)
+>>> dialect.interpret(Request(2, "ping"), lambda name: None)
+Ping()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .commands import (
+    AwaitTaskResult,
+    CallTool,
+    CancelRequest,
+    CancelTask,
+    Command,
+    GetTask,
+    Initialize,
+    ListTasks,
+    ListTools,
+    Ping,
+    SetLogLevel,
+)
+from .converter import structure, unstructure
+from .errors import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, ErrorValue, McpError
+from .jsonrpc import Notification, Request
+from .messages import (
+    MODEL_IMMEDIATE_RESPONSE_KEY,
+    RELATED_TASK_KEY,
+    CallToolParams,
+    CallToolResult,
+    CancelledParams,
+    Implementation,
+    InitializeParams,
+    InitializeResult,
+    PaginatedParams,
+    SetLevelParams,
+    TaskIdParams,
+    TaskSupport,
+)
+from .records import TaskOutcome, TaskRecord
+from .tasks import format_timestamp
+from .versions import has_tasks, negotiate
+
+__all__ = ["LEVELS", "SERVER_TASK_CAPABILITIES", "HandshakeDialect", "level_passes"]
+
+SERVER_TASK_CAPABILITIES: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+"""What a 2025-11-25 server declares under ``capabilities.tasks``."""
+
+LEVELS: tuple[str, ...] = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+ToolSupport = Callable[[str], TaskSupport | None]
+"""Looks a tool up by name: its ``taskSupport``, or None if there is no such tool."""
+
+_ALWAYS = frozenset({"initialize", "ping"})
+_TASK_METHODS = frozenset({"tasks/get", "tasks/cancel", "tasks/list", "tasks/result"})
+
+
+def level_passes(level: str, threshold: str) -> bool:
+    """Whether a message at ``level`` passes a client's ``logging/setLevel`` threshold.
+
+    >>> level_passes("error", "warning"), level_passes("debug", "info")
+    (True, False)
+    """
+    return LEVELS.index(level) >= LEVELS.index(threshold)
+
+
+def _progress_token(meta: dict[str, Any] | None) -> int | str | None:
+    if not meta or "progressToken" not in meta:
+        return None
+    token = meta["progressToken"]
+    if isinstance(token, str) or type(token) is int:
+        return token
+    raise McpError(INVALID_PARAMS, "Invalid params at '_meta.progressToken': expected a string or an integer")
+
+
+class HandshakeDialect:
+    """One connection's handshake-era state and rules. Create one per connection."""
+
+    era = "handshake"
+
+    def __init__(self) -> None:
+        self.version: str | None = None
+        self.client_capabilities: dict[str, Any] = {}
+        self.client_info: Implementation | None = None
+        self.log_level: str | None = None
+
+    # -- what the connection agreed ---------------------------------------------------------
+    @property
+    def initialized(self) -> bool:
+        return self.version is not None
+
+    @property
+    def tasks_enabled(self) -> bool:
+        """Whether core tasks exist on this connection (negotiated 2025-11-25)."""
+        return self.version is not None and has_tasks(self.version)
+
+    # -- reading ----------------------------------------------------------------------------
+    def interpret(self, request: Request, tool_support: ToolSupport) -> Command | ErrorValue:
+        """What ``request`` asks for in this era, or the error to answer it with."""
+        try:
+            return self._interpret(request, tool_support)
+        except McpError as exc:
+            return exc.value
+
+    def _interpret(self, request: Request, tool_support: ToolSupport) -> Command | ErrorValue:
+        method, params = request.method, request.params
+        if self.version is None and method not in _ALWAYS:
+            return ErrorValue(INVALID_REQUEST, "Invalid request: send 'initialize' first")
+        if method == "ping":
+            return Ping()
+        if method == "initialize":
+            if self.version is not None:
+                return ErrorValue(INVALID_REQUEST, "Invalid request: already initialized")
+            init = structure(params, InitializeParams)
+            return Initialize(init.protocol_version, init.capabilities, init.client_info)
+        if method == "tools/list":
+            return ListTools(structure(params, PaginatedParams).cursor)
+        if method == "tools/call":
+            return self._call_tool(params, tool_support)
+        if method == "logging/setLevel":
+            return SetLogLevel(structure(params, SetLevelParams).level)
+        if method in _TASK_METHODS and self.tasks_enabled:
+            if method == "tasks/list":
+                return ListTasks(structure(params, PaginatedParams).cursor)
+            task_id = structure(params, TaskIdParams).task_id
+            if method == "tasks/get":
+                return GetTask(task_id)
+            if method == "tasks/cancel":
+                return CancelTask(task_id)
+            return AwaitTaskResult(task_id)
+        return ErrorValue(METHOD_NOT_FOUND, f"Method not found: {method}")
+
+    def _call_tool(self, params: dict[str, Any] | None, tool_support: ToolSupport) -> Command | ErrorValue:
+        call = structure(params, CallToolParams)
+        token = _progress_token(call.meta)
+        support = tool_support(call.name)
+        if support is None:
+            return ErrorValue(INVALID_PARAMS, f"Unknown tool: '{call.name}'")
+        # ``"task": null`` is no task: a plain call. Before 2025-11-25 ``task`` means nothing.
+        as_task = call.task is not None and self.tasks_enabled
+        if as_task and support == "forbidden":
+            return ErrorValue(METHOD_NOT_FOUND, f"Tool '{call.name}' does not support task-augmented calls")
+        if not as_task and support == "required" and self.tasks_enabled:
+            return ErrorValue(METHOD_NOT_FOUND, f"Tool '{call.name}' must be called as a task")
+        ttl = call.task.ttl if as_task and call.task is not None else None
+        return CallTool(call.name, call.arguments, token, as_task, ttl)
+
+    def interpret_notification(self, notification: Notification) -> CancelRequest | None:
+        """``notifications/cancelled`` for a request id; None for anything needing no action."""
+        if notification.method != "notifications/cancelled":
+            return None  # notifications/initialized and unknown notifications need no action
+        try:
+            params = structure(notification.params, CancelledParams)
+        except McpError:
+            return None
+        return CancelRequest(params.request_id) if params.request_id is not None else None
+
+    # -- the handshake -----------------------------------------------------------------------
+    def initialize(
+        self, command: Initialize, server_info: Implementation, instructions: str | None
+    ) -> dict[str, Any]:
+        """Agree on a version; the InitializeResult to answer with."""
+        self.version = negotiate(command.protocol_version)
+        self.client_capabilities = command.capabilities
+        self.client_info = command.client_info
+        capabilities: dict[str, Any] = {"tools": {"listChanged": False}, "logging": {}}
+        if self.tasks_enabled:
+            capabilities["tasks"] = SERVER_TASK_CAPABILITIES
+        result = InitializeResult(
+            protocol_version=self.version,
+            capabilities=capabilities,
+            server_info=server_info,
+            instructions=instructions,
+        )
+        data: dict[str, Any] = unstructure(result)
+        return data
+
+    def set_log_level(self, command: SetLogLevel) -> dict[str, Any]:
+        self.log_level = command.level
+        return {}
+
+    # -- writing results ---------------------------------------------------------------------
+    @staticmethod
+    def render_task(record: TaskRecord) -> dict[str, Any]:
+        """The 2025-11-25 ``Task`` object (``tasks/get``, ``tasks/cancel``, status notifications)."""
+        task: dict[str, Any] = {
+            "taskId": record.task_id,
+            "status": record.status.value,
+            "createdAt": format_timestamp(record.created_at),
+            "lastUpdatedAt": format_timestamp(record.last_updated_at),
+            "ttl": record.ttl_ms,
+        }
+        if record.status_message is not None:
+            task["statusMessage"] = record.status_message
+        if record.poll_interval_ms is not None:
+            task["pollInterval"] = record.poll_interval_ms
+        return task
+
+    def render_created(self, record: TaskRecord, immediate_response: str | None) -> dict[str, Any]:
+        """The ``CreateTaskResult`` answering a task-augmented request: ``{"task": …}``."""
+        result: dict[str, Any] = {"task": self.render_task(record)}
+        if immediate_response:
+            result["_meta"] = {MODEL_IMMEDIATE_RESPONSE_KEY: immediate_response}
+        return result
+
+    def render_page(self, records: list[TaskRecord], next_cursor: str | None) -> dict[str, Any]:
+        result: dict[str, Any] = {"tasks": [self.render_task(r) for r in records]}
+        if next_cursor is not None:
+            result["nextCursor"] = next_cursor
+        return result
+
+    def render_cancelled(self, record: TaskRecord, was_terminal: bool) -> dict[str, Any] | ErrorValue:
+        """``tasks/cancel``: the cancelled task, or -32602 if it had already ended."""
+        if was_terminal:
+            return ErrorValue(
+                INVALID_PARAMS, f"Cannot cancel task: already in terminal status '{record.status.value}'"
+            )
+        return self.render_task(record)
+
+    @staticmethod
+    def render_outcome(task_id: str, outcome: TaskOutcome) -> dict[str, Any] | ErrorValue:
+        """``tasks/result``: what the request would have answered, tagged with the related task."""
+        if outcome.result is None:
+            assert outcome.error is not None
+            return outcome.error
+        result = dict(outcome.result)
+        result["_meta"] = {**result.get("_meta", {}), RELATED_TASK_KEY: {"taskId": task_id}}
+        return result
+
+    @staticmethod
+    def settle_tool_result(result: CallToolResult) -> TaskOutcome:
+        """How a tool result ends its task in this era: an ``isError`` result fails it."""
+        return TaskOutcome(
+            result=unstructure(result),
+            failed=result.is_error,
+            message=result.text if result.is_error else None,
+        )
+
+    @staticmethod
+    def related_task(task_id: str) -> dict[str, Any]:
+        """The ``_meta`` that ties a message to the task it belongs to."""
+        return {RELATED_TASK_KEY: {"taskId": task_id}}
+
+    def status_notification(self, record: TaskRecord) -> tuple[str, dict[str, Any]]:
+        return "notifications/tasks/status", self.render_task(record)
+
+    # -- what the server may send ------------------------------------------------------------
+    def log_message(self, level: str, data: Any, logger: str | None) -> dict[str, Any] | None:
+        """``notifications/message`` params if ``level`` passes the client's level, else None."""
+        if self.log_level is None or not level_passes(level, self.log_level):
+            return None
+        params: dict[str, Any] = {"level": level, "data": data}
+        if logger is not None:
+            params["logger"] = logger
+        return params
+
+    def input_request(
+        self, capability: str, method: str, params: dict[str, Any], task_id: str | None
+    ) -> tuple[str, dict[str, Any]] | ErrorValue:
+        """A server→client request for input (elicitation, sampling), or why it may not be sent."""
+        if capability not in self.client_capabilities:
+            return ErrorValue(
+                INVALID_REQUEST, f"The client does not support {capability} (capability not declared)"
+            )
+        if task_id is not None:
+            params = {**params, "_meta": self.related_task(task_id)}
+        return method, params
+
+    def client_accepts_task(self, kind: str, verb: str) -> bool:
+        """Whether the client declared ``tasks.requests.<kind>.<verb>`` (e.g. elicitation.create)."""
+        declared = self.client_capabilities.get("tasks", {})
+        declared = declared.get("requests", {}) if isinstance(declared, dict) else {}
+        declared = declared.get(kind, {}) if isinstance(declared, dict) else {}
+        return isinstance(declared, dict) and verb in declared

@@ -1,0 +1,174 @@
+"""Task records: what a task *is*, as plain, era-neutral data.
+
+A :class:`TaskRecord` holds nothing live (no cancel scope, no waiter, no callback): it is what
+a store keeps, what a dialect renders into its era's wire shape, and what another process can
+read. :func:`record_to_json` / :func:`record_from_json` are its exact JSON form, the one every
+durable or shared store writes.
+
+>>> record = new_record("t1", "alice", now=0.0, ttl_ms=1000, poll_interval_ms=500)
+>>> record.status.value, record.expires_at
+('working', 1.0)
+>>> done = record.settle(TaskOutcome(result={"content": []}), now=0.5)
+>>> done.status.value, done.version
+('completed', 1)
+>>> record_from_json(record_to_json(done)) == done
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from .errors import ErrorValue
+from .tasks import TaskStatus, check_transition
+
+__all__ = ["TaskOutcome", "TaskRecord", "new_record", "record_from_json", "record_to_json"]
+
+
+@attrs.frozen
+class TaskOutcome:
+    """What the task's request produced: a result (a JSON object) or an error value.
+
+    ``failed`` picks the terminal status: an error always fails the task; whether a tool's
+    ``isError`` result fails it too is the creating era's rule (its dialect decides).
+    ``message`` becomes the terminal ``statusMessage``.
+    """
+
+    result: dict[str, Any] | None = None
+    error: ErrorValue | None = None
+    failed: bool = False
+    message: str | None = None
+
+    @classmethod
+    def from_error(cls, error: ErrorValue) -> TaskOutcome:
+        return cls(error=error, failed=True, message=error.message)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"failed": self.failed}
+        if self.result is not None:
+            out["result"] = self.result
+        if self.error is not None:
+            out["error"] = self.error.to_json()
+        if self.message is not None:
+            out["message"] = self.message
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> TaskOutcome:
+        error = obj.get("error")
+        return cls(
+            result=obj.get("result"),
+            error=ErrorValue.from_json(error) if error is not None else None,
+            failed=bool(obj.get("failed", False)),
+            message=obj.get("message"),
+        )
+
+
+@attrs.frozen
+class TaskRecord:
+    """One task. Times are wall-clock epoch seconds; durations are milliseconds.
+
+    ``owner`` is a string identity (an authenticated principal, or one minted for a
+    connection). ``version`` grows by one with every change, so stores can update
+    conditionally (compare-and-set). ``input_requests`` are the task's pending requests for
+    input, keyed by an id unique for the task's life (JSON values).
+    """
+
+    task_id: str
+    owner: str
+    status: TaskStatus
+    created_at: float
+    last_updated_at: float
+    ttl_ms: int
+    expires_at: float
+    poll_interval_ms: int | None = None
+    status_message: str | None = None
+    outcome: TaskOutcome | None = None
+    input_requests: dict[str, Any] = attrs.Factory(dict)
+    version: int = 0
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status.is_terminal
+
+    def _changed(self, now: float, **changes: Any) -> TaskRecord:
+        return attrs.evolve(self, last_updated_at=now, version=self.version + 1, **changes)
+
+    def transition(self, status: TaskStatus, message: str | None, *, now: float) -> TaskRecord:
+        """The record after a legal status change (:class:`InvalidTransition` otherwise)."""
+        check_transition(self.status, status)
+        return self._changed(now, status=status, status_message=message)
+
+    def with_message(self, message: str | None, *, now: float) -> TaskRecord:
+        return self._changed(now, status_message=message)
+
+    def with_input_requests(self, requests: dict[str, Any], *, now: float) -> TaskRecord:
+        return self._changed(now, input_requests=requests)
+
+    def settle(self, outcome: TaskOutcome, *, now: float, status: TaskStatus | None = None) -> TaskRecord:
+        """The terminal record for ``outcome`` (``failed`` or ``completed`` unless ``status``)."""
+        final = status or (TaskStatus.FAILED if outcome.failed else TaskStatus.COMPLETED)
+        check_transition(self.status, final)
+        return self._changed(
+            now, status=final, status_message=outcome.message, outcome=outcome, input_requests={}
+        )
+
+
+def new_record(
+    task_id: str, owner: str, *, now: float, ttl_ms: int, poll_interval_ms: int | None
+) -> TaskRecord:
+    """A fresh ``working`` task created at ``now``, expiring ``ttl_ms`` later."""
+    return TaskRecord(
+        task_id=task_id,
+        owner=owner,
+        status=TaskStatus.WORKING,
+        created_at=now,
+        last_updated_at=now,
+        ttl_ms=ttl_ms,
+        expires_at=now + ttl_ms / 1000,
+        poll_interval_ms=poll_interval_ms,
+    )
+
+
+def record_to_json(record: TaskRecord) -> dict[str, Any]:
+    """The record as a JSON object (the form durable and shared stores keep)."""
+    out: dict[str, Any] = {
+        "taskId": record.task_id,
+        "owner": record.owner,
+        "status": record.status.value,
+        "createdAt": record.created_at,
+        "lastUpdatedAt": record.last_updated_at,
+        "ttlMs": record.ttl_ms,
+        "expiresAt": record.expires_at,
+        "version": record.version,
+    }
+    if record.poll_interval_ms is not None:
+        out["pollIntervalMs"] = record.poll_interval_ms
+    if record.status_message is not None:
+        out["statusMessage"] = record.status_message
+    if record.outcome is not None:
+        out["outcome"] = record.outcome.to_json()
+    if record.input_requests:
+        out["inputRequests"] = record.input_requests
+    return out
+
+
+def record_from_json(obj: dict[str, Any]) -> TaskRecord:
+    """The inverse of :func:`record_to_json`."""
+    outcome = obj.get("outcome")
+    return TaskRecord(
+        task_id=obj["taskId"],
+        owner=obj["owner"],
+        status=TaskStatus(obj["status"]),
+        created_at=obj["createdAt"],
+        last_updated_at=obj["lastUpdatedAt"],
+        ttl_ms=obj["ttlMs"],
+        expires_at=obj["expiresAt"],
+        poll_interval_ms=obj.get("pollIntervalMs"),
+        status_message=obj.get("statusMessage"),
+        outcome=TaskOutcome.from_json(outcome) if outcome is not None else None,
+        input_requests=obj.get("inputRequests", {}),
+        version=obj["version"],
+    )

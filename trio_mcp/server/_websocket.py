@@ -1,0 +1,299 @@
+"""Serving MCP over WebSocket (the transport: :mod:`trio_mcp.transports.websocket`).
+
+Server (:func:`serve_websocket`)
+    Security defaults:
+
+    * It binds **127.0.0.1** unless told otherwise, and speaks plain ``ws://`` unless given an
+      ``ssl_context`` (then ``wss://``). Expose it beyond the local machine only over TLS and
+      with ``authenticate`` set.
+    * **Origin** is checked on every handshake (browsers always send it; that is what stops a
+      web page the user visits from driving a local server, "DNS rebinding"/CSRF). A request
+      without ``Origin`` is a non-browser client and is allowed. The default allow-list,
+      :data:`DEFAULT_ALLOWED_ORIGINS`, is ``http``/``https`` on ``localhost``, ``127.0.0.1`` and
+      ``[::1]``, any port; anything else (including ``Origin: null``) is refused with
+      **HTTP 403**.
+    * **Subprotocol**: a client offering ``mcp`` gets ``mcp``; a client offering no
+      subprotocol at all is accepted (none is selected); a client offering only others is
+      refused with **HTTP 400**.
+    * **Authentication** (optional): with ``authenticate`` given, the client must send
+      ``Authorization: Bearer <token>``; ``authenticate(token)`` (sync or async) returns the
+      identity (a non-empty ``str``) or ``None``. A missing token or a ``None`` identity is
+      refused with **HTTP 401** (``WWW-Authenticate: Bearer``). Without ``authenticate``, an
+      ``Authorization`` header is ignored. (Browsers cannot set headers on a WebSocket; browser
+      clients need a proxy that authenticates them.)
+    * The whole opening handshake, including ``authenticate``, must finish within
+      ``handshake_timeout`` seconds (default 10), or the TCP connection is dropped.
+
+    str | Noneship of tasks (see :meth:`~trio_mcp.actors.server.ServerRuntime.serve`):
+
+    * **With an identity** (``authenticate`` set), the connection is served with
+      ``owner=("identity", identity)``: its tasks belong to the identity, not the connection.
+      They keep running when the connection closes or drops, and any later connection
+      authenticated as the same identity can ``tasks/get``, ``tasks/result``, ``tasks/list``
+      and ``tasks/cancel`` them. Another identity gets -32602 for them and never sees them
+      listed.
+    * **Without authentication**, tasks are owned by the connection: when it closes (cleanly
+      or not) they are cancelled and removed, and no other connection can reach them.
+
+    Keep-alive: every ``ping_interval`` seconds (default 20) the server sends a WebSocket ping;
+    a peer that does not answer with a pong within ``ping_timeout`` seconds (default: the
+    interval) is disconnected at once (TCP closed without a closing handshake) and its session
+    ends exactly as if it had hung up.
+
+    Concurrency and slow clients: every connection is its own session actor (its own reader,
+    writer and keep-alive tasks) running in one nursery under the server, so nothing one client
+    does, or fails to do, waits on another, and a connection that fails is logged and closed
+    without touching the rest. Each session has a bounded outbound queue
+    (:data:`~trio_mcp.actors.endpoint.DEFAULT_OUTBOUND_SIZE`, 1024 messages) in front of the
+    socket. When a client stops reading, the TCP window and then that queue fill up, and:
+
+    * **responses wait for room**, and the reader with them: it answers ``initialize``,
+      ``ping`` and ``tools/list`` itself, and at most
+      :data:`~trio_mcp.actors.session.MAX_WAITING_REQUESTS` (256) other requests per session are
+      outstanding at once (task queries answered by the supervisor, ``tools/call`` and
+      ``tasks/result`` running in their own Trio tasks); past that the reader stops reading
+      that connection: backpressure, which reaches the client as TCP flow control.
+    * **notifications** to that client (progress, task status, log messages) **are dropped**
+      while the queue is full; MCP lets a peer miss notifications.
+    * **other connections are unaffected**: they have their own queue, reader and writer.
+    * a client that stops reading its socket cannot answer pings either (our ping may not even
+      get past its full window), so the keep-alive disconnects it after at most
+      ``ping_interval + ping_timeout`` seconds, ending its session (and its connection-owned
+      tasks).
+
+>>> # async with trio.open_nursery() as nursery:
+>>> #     port = await nursery.start(serve_websocket, server)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import NoReturn
+
+import trio
+import trio_websocket
+from trio_websocket import WebSocketConnection, WebSocketRequest
+
+from ..actors._endpoint import ConnectionClosed
+from ..transports.base import DEFAULT_MAX_MESSAGE_SIZE
+from ..transports.security import (
+    DEFAULT_ALLOWED_ORIGINS,
+    Authenticator,
+    OriginPolicy,
+    bearer_token,
+    identity_owner,
+    origin_check,
+)
+from ..transports.security import (
+    authenticate as run_authenticator,
+)
+from ..transports.websocket import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_PING_INTERVAL,
+    RECEIVE_BUFFER_SIZE,
+    SUBPROTOCOL,
+    WebSocketTransport,
+    listener_port,
+    reader_nursery,
+)
+from ._server import Server, ServerRuntime
+
+__all__ = ["serve_websocket"]
+
+log = logging.getLogger("trio_mcp.websocket")
+
+
+def _headers(request: WebSocketRequest, name: bytes) -> list[str]:
+    return [value.decode("latin-1") for key, value in request.headers if key.lower() == name]
+
+
+@asynccontextmanager
+async def _running(server_or_runtime: Server | ServerRuntime) -> AsyncIterator[ServerRuntime]:
+    if isinstance(server_or_runtime, ServerRuntime):
+        yield server_or_runtime
+    else:
+        async with server_or_runtime.open() as runtime:
+            yield runtime
+
+
+async def serve_websocket(
+    server_or_runtime: Server | ServerRuntime,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    allowed_origins: OriginPolicy = DEFAULT_ALLOWED_ORIGINS,
+    authenticate: Authenticator | None = None,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    ping_interval: float | None = DEFAULT_PING_INTERVAL,
+    ping_timeout: float | None = None,
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+    ssl_context: ssl.SSLContext | None = None,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Serve MCP over WebSocket on ``host:port`` until cancelled.
+
+    Use with ``port = await nursery.start(serve_websocket, server)``: it reports the bound port
+    once it is listening (``port=0``, the default, picks a free one). ``server_or_runtime`` is a
+    :class:`~trio_mcp.Server` (a runtime is opened for the lifetime of this call) or an open
+    :class:`~trio_mcp.ServerRuntime` (to share tasks with other transports).
+
+    ``allowed_origins``: origin patterns (see :data:`DEFAULT_ALLOWED_ORIGINS`) or a predicate
+    ``origin -> bool``; requests without ``Origin`` are always allowed. ``authenticate``: see
+    the module docstring; e.g. ``authenticate={"s3cret": "alice"}.get`` (prefer a constant-time
+    comparison such as :func:`hmac.compare_digest` for real tokens). ``ping_interval=None``
+    turns the keep-alive off. ``ssl_context`` (a server-side context with a certificate) serves
+    ``wss://``. If ``host`` resolves to several addresses and ``port`` is 0, each listener gets
+    its own port and the first one is reported: pass a literal address.
+    """
+    if max_message_size < 1:
+        raise ValueError("max_message_size must be at least 1")
+    if ping_interval is not None and not (math.isfinite(ping_interval) and ping_interval > 0):
+        raise ValueError("ping_interval must be a positive number of seconds, or None")
+    pong_wait = ping_interval if ping_timeout is None else ping_timeout
+    if pong_wait is not None and not (math.isfinite(pong_wait) and pong_wait > 0):
+        raise ValueError("ping_timeout must be a positive number of seconds")
+    origin_allowed = origin_check(allowed_origins)
+
+    async def handshake(request: WebSocketRequest) -> tuple[WebSocketConnection, str | None] | None:
+        """Accept (→ the connection and its tasks' owner) or refuse (→ None) a handshake."""
+        origins = _headers(request, b"origin")
+        if len(origins) > 1 or (origins and not origin_allowed(origins[0])):
+            log.info("refused websocket from origin %r", origins)
+            await request.reject(403, body=b"origin not allowed\n")
+            return None
+        offered = request.proposed_subprotocols
+        if offered and SUBPROTOCOL not in offered:
+            log.info("refused websocket offering subprotocols %r", offered)
+            await request.reject(400, body=b"unsupported subprotocol: offer 'mcp'\n")
+            return None
+        owner: str | None = None
+        if authenticate is not None:
+            token = bearer_token(_headers(request, b"authorization"))
+            try:
+                identity = await run_authenticator(authenticate, token) if token is not None else None
+            except Exception as exc:
+                log.error("authenticate() failed: %r", exc, exc_info=exc)
+                await request.reject(500, body=b"authentication failed\n")
+                return None
+            if identity is None:
+                log.info("refused websocket: %s bearer token", "invalid" if token else "missing")
+                await request.reject(
+                    401,
+                    extra_headers=[(b"WWW-Authenticate", b'Bearer realm="mcp"')],
+                    body=b"a valid bearer token is required\n",
+                )
+                return None
+            owner = identity_owner(identity)
+        subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered else None
+        connection = await request.accept(subprotocol=subprotocol)
+        return connection, owner
+
+    async with _running(server_or_runtime) as runtime:
+
+        async def run_session(transport: WebSocketTransport, owner: str | None) -> None:
+            log.debug("websocket session %s started (owner %r)", transport.connection, owner)
+            async with trio.open_nursery() as nursery:
+                if ping_interval is not None:
+                    assert pong_wait is not None
+                    nursery.start_soon(_keep_alive, transport, nursery.cancel_scope, ping_interval, pong_wait)
+                await runtime.serve(transport, owner=owner)
+                nursery.cancel_scope.cancel()
+            log.debug("websocket session %s ended", transport.connection)
+
+        async def serve_stream(stream: trio.abc.Stream) -> None:
+            async with reader_nursery() as readers:
+                accepted = None
+                with trio.move_on_after(handshake_timeout):
+                    if isinstance(stream, trio.SSLStream):
+                        await stream.do_handshake()
+                    request = await trio_websocket.wrap_server_stream(
+                        readers,
+                        stream,
+                        max_message_size=max_message_size,
+                        receive_buffer_size=RECEIVE_BUFFER_SIZE,
+                    )
+                    accepted = await handshake(request)
+                if accepted is None:
+                    return
+                connection, owner = accepted
+                transport = WebSocketTransport(connection, max_message_size=max_message_size)
+                try:
+                    await run_session(transport, owner)
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await transport.aclose()
+
+        async def handle_stream(stream: trio.abc.Stream) -> None:
+            # One broken connection must not take the server down: log its errors, keep only
+            # cancellation (and KeyboardInterrupt and the like) propagating.
+            try:
+                async with stream:
+                    await serve_stream(stream)
+            except BaseExceptionGroup as group:
+                cancelled, errors = group.split(trio.Cancelled)
+                if errors is not None and not isinstance(errors, ExceptionGroup):
+                    raise
+                if errors is not None:
+                    _log_connection_error(errors)
+                if cancelled is not None:
+                    raise cancelled from None
+            except Exception as exc:
+                _log_connection_error(exc)
+
+        listeners: list[trio.abc.Listener[trio.abc.Stream]] = []
+        if ssl_context is None:
+            listeners.extend(await trio.open_tcp_listeners(port, host=host))
+        else:
+            listeners.extend(
+                await trio.open_ssl_over_tcp_listeners(port, ssl_context, host=host, https_compatible=True)
+            )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trio.serve_listeners, handle_stream, listeners)
+            bound = listener_port(listeners[0])
+            log.info("serving MCP over WebSocket on %s port %d", host, bound)
+            task_status.started(bound)
+            await trio.sleep_forever()
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _keep_alive(
+    transport: WebSocketTransport, session: trio.CancelScope, interval: float, pong_wait: float
+) -> None:
+    """Ping every ``interval`` s; if no pong comes within ``pong_wait`` s, end the session."""
+    while True:
+        await trio.sleep(interval)
+        with trio.move_on_after(pong_wait) as ping:
+            try:
+                await transport.connection.ping()
+            except trio_websocket.ConnectionClosed:
+                return
+        if ping.cancelled_caught:
+            log.info("%s did not answer a ping within %.3g s; disconnecting", transport.connection, pong_wait)
+            session.cancel()
+            with trio.CancelScope(shield=True):
+                await transport.abort()
+            return
+
+
+def _log_connection_error(exc: Exception) -> None:
+    if _is_disconnect(exc):
+        log.debug("websocket connection ended: %r", exc)
+    else:
+        log.error("websocket connection failed: %r", exc, exc_info=exc)
+
+
+def _is_disconnect(exc: BaseException) -> bool:
+    """True for an exception (group) made only of "the peer went away" errors."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_is_disconnect(e) for e in exc.exceptions)
+    return isinstance(
+        exc,
+        ConnectionClosed
+        | trio_websocket.ConnectionClosed
+        | trio.BrokenResourceError
+        | trio.ClosedResourceError,
+    )
