@@ -25,7 +25,7 @@ import attrs
 import trio
 
 from ..actors._session import SessionActor, ToolCall
-from ..actors.store import TaskStore
+from ..actors.store import MemoryTaskStore, TaskStore
 from ..actors.supervisor import TaskLimits, TaskSupervisor
 from ..actors.trace import Tracer, no_trace
 from ..protocol.converter import unstructure
@@ -140,11 +140,14 @@ class Server:
         instructions: str | None = None,
         limits: TaskLimits | None = None,
         tools_page_size: int = 100,
+        store: Callable[[], TaskStore] | None = None,
     ) -> None:
         self.info = Implementation(name=name, version=version, title=title)
         self.instructions = instructions
         self.limits = limits or TaskLimits()
         self.tools_page_size = tools_page_size
+        self.store_factory: Callable[[], TaskStore] = store if store is not None else default_store
+        """Makes the task store each :meth:`open` uses (default: :func:`default_store`)."""
         self.tools: dict[str, RegisteredTool] = {}
 
     def tool(
@@ -220,13 +223,18 @@ class Server:
 
         ``tracer`` receives every runtime event (see :mod:`trio_mcp.actors.trace`);
         ``wall_clock`` gives the epoch seconds stamped on tasks (tests pin it); ``store``
-        keeps the task records (default: a new :class:`~trio_mcp.actors.store.MemoryTaskStore`).
+        keeps the task records (default: a new one from the server's ``store`` factory).
 
         >>> # async with server.open() as runtime:
         >>> #     nursery.start_soon(runtime.serve, transport)
         """
         async with trio.open_nursery() as nursery:
-            supervisor = TaskSupervisor(self.limits, store=store, wall_clock=wall_clock, tracer=tracer)
+            supervisor = TaskSupervisor(
+                self.limits,
+                store=store if store is not None else self.store_factory(),
+                wall_clock=wall_clock,
+                tracer=tracer,
+            )
             await nursery.start(supervisor.run)
             try:
                 yield ServerRuntime(self, supervisor)
@@ -253,6 +261,11 @@ class Server:
         if gc_tuning:
             tune_gc()
         trio.run(self.serve_stdio)
+
+
+def default_store() -> TaskStore:
+    """The store a :class:`Server` uses unless told otherwise: records in this process's memory."""
+    return MemoryTaskStore()
 
 
 def tune_gc() -> None:
