@@ -1,9 +1,17 @@
 """A Trio MCP client, with the task API of 2025-11-25.
 
->>> async with connect_stdio([sys.executable, "examples/demo_server.py"]) as client:
-...     created = await client.call_tool_as_task("sleep", {"seconds": 2})
-...     task = await client.poll_task(created.task.task_id)
-...     result = await client.task_result(task.task_id)
+>>> import trio
+>>> from trio_mcp import Server
+>>> server = Server("demo")
+>>> @server.tool(task_support="optional")
+... async def echo(text: str) -> str:
+...     return text
+>>> async def main() -> str:
+...     async with connect_in_memory(server) as client:
+...         created = await client.call_tool_as_task("echo", {"text": "hi"})
+...         return (await client.task_result(created.task.task_id)).text
+>>> trio.run(main)
+'hi'
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ __all__ = ["decode_cursor", "encode_cursor"]
 
 
 def encode_cursor(kind: str, position: int) -> str:
-    """>>> decode_cursor("tools", encode_cursor("tools", 7))
+    """An opaque cursor for ``position`` in a listing of ``kind``.
+
+    >>> decode_cursor("tools", encode_cursor("tools", 7))
     7
     """
     return base64.urlsafe_b64encode(f"{kind}:{position}".encode()).decode().rstrip("=")
