@@ -1,27 +1,37 @@
 """The receiver side of tasks, shared by both directions: a server session runs tasks for
 ``tools/call``; a client runs tasks for a server's ``elicitation/create`` and
 ``sampling/createMessage``. Either way, one TaskReceiver answers its peer's task queries by
-messaging a :class:`TaskSupervisor`, with every task bound to ``owner``, and has the
-connection's dialect write each answer in that era's shape.
+messaging a :class:`TaskSupervisor`, with every task bound to ``owner``, and has the request's
+dialect (its protocol era) write each answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
 from ..protocol import jsonrpc
 from ..protocol.errors import ErrorValue
-from ..protocol.handshake import HandshakeDialect
 from ..protocol.records import TaskOutcome, TaskRecord
 from ._endpoint import Endpoint
 from .runtime import Reply, ask
 from .supervisor import CreateTask, ListTasks, Route, TaskSupervisor
-from .task_actor import AwaitResult, Cancel, Poll, Start, Work
+from .task_actor import AwaitResult, Cancel, Poll, ProvideInput, Start, Work
 
 Rendered = dict[str, Any] | ErrorValue
+
+
+class Renderer(Protocol):
+    """How one era writes task answers (a handshake dialect, or a modern request's scope)."""
+
+    def render_task(self, record: TaskRecord) -> dict[str, Any]: ...
+    def render_created(self, record: TaskRecord, immediate_response: str | None) -> dict[str, Any]: ...
+    def render_cancelled(self, record: TaskRecord, was_terminal: bool) -> Rendered: ...
+    def render_outcome(self, task_id: str, outcome: TaskOutcome) -> Rendered: ...
+    def status_notification(self, record: TaskRecord) -> tuple[str, dict[str, Any]] | None: ...
+    def complete(self, result: dict[str, Any]) -> dict[str, Any]: ...
 
 
 @attrs.frozen
@@ -41,27 +51,35 @@ class Started:
 
 
 class TaskReceiver:
-    def __init__(
-        self, endpoint: Endpoint, supervisor: TaskSupervisor, owner: str, dialect: HandshakeDialect
-    ) -> None:
+    def __init__(self, endpoint: Endpoint, supervisor: TaskSupervisor, owner: str, dialect: Renderer) -> None:
         self.endpoint = endpoint
         self.supervisor = supervisor
         self.owner = owner
         self.dialect = dialect
+        """The connection's own dialect: what renders when a call names none."""
 
-    def start_create(self, work: Work, ttl_ms: int | None, immediate_response: str | None = None) -> Started:
+    def start_create(
+        self,
+        work: Work,
+        ttl_ms: int | None,
+        immediate_response: str | None = None,
+        dialect: Renderer | None = None,
+        watcher: Callable[[TaskRecord], None] | None = None,
+    ) -> Started:
         """Ask for a task; its CreateTaskResult is the answer, and the work starts only once
-        that answer is queued, so no status notification can overtake it."""
+        that answer is queued, so no status notification can overtake it. ``watcher`` (default:
+        status notifications in the dialect's shape) is told every later record."""
+        renderer = dialect or self.dialect
         reply: Reply[TaskRecord] = Reply()
-        self.supervisor.tell(CreateTask(self.owner, work, ttl_ms, self._changed, reply))
-        dialect = self.dialect
+        notify = watcher if watcher is not None else self._notifier(renderer)
+        self.supervisor.tell(CreateTask(self.owner, work, ttl_ms, notify, reply))
 
         def render(record: TaskRecord) -> Rendered:
-            return dialect.render_created(record, immediate_response)
+            return renderer.render_created(record, immediate_response)
 
-        return Started(reply, render, after=self._start_work)
+        return Started(reply, render, after=self.start_work)
 
-    def _start_work(self, record: TaskRecord) -> None:
+    def start_work(self, record: TaskRecord) -> None:
         # A system message: it must not be refused once the client holds the task id.
         self.supervisor.mailbox.put(Route(self.owner, record.task_id, Start()), system=True)
 
@@ -70,47 +88,65 @@ class TaskReceiver:
         started = self.start_create(work, ttl_ms)
         record = await started.reply.wait()
         await self.endpoint.respond(request.id, self.dialect.render_created(record, None))
-        self._start_work(record)
+        self.start_work(record)
 
-    def _changed(self, record: TaskRecord) -> None:
-        if not self.endpoint.closed:
-            method, params = self.dialect.status_notification(record)
-            self.endpoint.notify(method, params)
+    def _notifier(self, renderer: Renderer) -> Callable[[TaskRecord], None]:
+        def changed(record: TaskRecord) -> None:
+            if not self.endpoint.closed:
+                notification = renderer.status_notification(record)
+                if notification is not None:
+                    self.endpoint.notify(*notification)
 
-    # Each query comes in two forms: ``start_*`` sends the message and returns at once with
-    # the reply slot and how to render its answer (a session answers from the continuation,
-    # without waiting); the ``async`` form waits for the answer.
-    def start_get(self, task_id: str) -> Started:
+        return changed
+
+    # Each query sends the message and returns at once with the reply slot and how to render
+    # its answer (a session answers from the continuation, without waiting; ``wait()`` waits).
+    def start_get(self, task_id: str, dialect: Renderer | None = None) -> Started:
         reply: Reply[TaskRecord] = Reply()
         self.supervisor.tell(Route(self.owner, task_id, Poll(reply)))
-        return Started(reply, self.dialect.render_task)
+        return Started(reply, (dialect or self.dialect).render_task)
 
-    def start_cancel(self, task_id: str) -> Started:
+    def start_cancel(self, task_id: str, dialect: Renderer | None = None) -> Started:
         reply: Reply[tuple[TaskRecord, bool]] = Reply()
         self.supervisor.tell(Route(self.owner, task_id, Cancel(reply)))
-        dialect = self.dialect
+        renderer = dialect or self.dialect
 
         def render(answer: tuple[TaskRecord, bool]) -> Rendered:
-            return dialect.render_cancelled(*answer)
+            return renderer.render_cancelled(*answer)
 
         return Started(reply, render)
 
-    def start_list(self, cursor: str | None) -> Started:
+    def start_update(
+        self, task_id: str, responses: dict[str, Any], dialect: Renderer | None = None
+    ) -> Started:
+        """``tasks/update``: deliver answers to the task's input requests; an acknowledgement."""
+        reply: Reply[TaskRecord] = Reply()
+        self.supervisor.tell(Route(self.owner, task_id, ProvideInput(responses, reply)))
+        renderer = dialect or self.dialect
+
+        def render(record: TaskRecord) -> Rendered:
+            return renderer.complete({})
+
+        return Started(reply, render)
+
+    def start_list(
+        self, cursor: str | None, render_page: Callable[[list[TaskRecord], str | None], Rendered]
+    ) -> Started:
         reply: Reply[tuple[list[TaskRecord], str | None]] = Reply()
         self.supervisor.tell(ListTasks(self.owner, cursor, reply))
-        dialect = self.dialect
 
         def render(page: tuple[list[TaskRecord], str | None]) -> Rendered:
-            return dialect.render_page(*page)
+            return render_page(*page)
 
         return Started(reply, render)
 
-    async def result(self, task_id: str) -> dict[str, Any]:
+    async def outcome(self, task_id: str) -> TaskOutcome:
+        """Wait for the task to end: what its request produced."""
+        return await ask(self.supervisor, lambda reply: Route(self.owner, task_id, AwaitResult(reply)))
+
+    async def result(self, task_id: str, dialect: Renderer | None = None) -> dict[str, Any]:
         """Wait for the end; return what the request would have (or raise its McpError)."""
-        outcome: TaskOutcome = await ask(
-            self.supervisor, lambda reply: Route(self.owner, task_id, AwaitResult(reply))
-        )
-        rendered = self.dialect.render_outcome(task_id, outcome)
+        rendered = (dialect or self.dialect).render_outcome(task_id, await self.outcome(task_id))
         if isinstance(rendered, ErrorValue):
             raise rendered.exception()
         return rendered

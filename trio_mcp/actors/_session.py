@@ -25,26 +25,31 @@ from ..protocol.commands import (
     AwaitTaskResult,
     CallTool,
     CancelTask,
+    Discover,
     GetTask,
     Initialize,
     ListTasks,
     ListTools,
     Ping,
     SetLogLevel,
+    UpdateTask,
 )
 from ..protocol.converter import unstructure
 from ..protocol.cursors import decode_cursor, encode_cursor
 from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, ErrorValue, McpError
 from ..protocol.handshake import HandshakeDialect
 from ..protocol.messages import CallToolResult, CreateTaskResult, Implementation, TaskSupport, Tool
+from ..protocol.modern import ModernDialect, ModernScope, is_modern
 from ..protocol.records import TaskOutcome, TaskRecord
+from ..protocol.request_state import StateCodec, binding_of
+from ..protocol.tasks import TaskStatus
 from ..transports.base import Transport
 from ._endpoint import OVERLOADED, ConnectionClosed, Endpoint
-from ._receiver import Started, TaskReceiver
+from ._receiver import Renderer, Started, TaskReceiver
 from ._requestor import TaskRequestor
-from .runtime import MailboxFull
-from .supervisor import Remove, TaskSupervisor
-from .task_actor import TaskActor
+from .runtime import MailboxFull, Reply
+from .supervisor import Remove, Route, TaskSupervisor
+from .task_actor import Poll, TaskActor
 
 log = logging.getLogger("trio_mcp")
 
@@ -81,6 +86,9 @@ class Service(Protocol):
     @property
     def tools(self) -> Mapping[str, ToolEntry]: ...
 
+    @property
+    def state_codec(self) -> StateCodec: ...
+
 
 _session_numbers = itertools.count(1)
 
@@ -90,18 +98,60 @@ def connection_owner() -> str:
     return "connection:" + secrets.token_urlsafe(12)
 
 
+class Scope(Renderer, Protocol):
+    """What a tool call needs of its request's era: a handshake dialect or a modern scope."""
+
+    @property
+    def era(self) -> str: ...
+
+    def related_task(self, task_id: str) -> dict[str, Any]: ...
+    def log_message(self, level: str, data: Any, logger: str | None) -> dict[str, Any] | None: ...
+    def input_request(
+        self, capability: str, method: str, params: dict[str, Any], task_id: str | None
+    ) -> tuple[str, dict[str, Any]] | ErrorValue: ...
+    def client_accepts_task(self, kind: str, verb: str) -> bool: ...
+    def settle_tool_result(self, result: CallToolResult) -> TaskOutcome: ...
+
+
+class InputNeeded:
+    """A modern-era plain call's multi round-trip state: the answers it was given (from the
+    ``requestState`` and the retry's ``inputResponses``) and the input it still needs."""
+
+    __slots__ = ("answers", "needed", "next_key", "scope")
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        self.answers = answers
+        self.needed: dict[str, Any] = {}
+        self.next_key = 0
+        self.scope = trio.CancelScope()
+
+
 class ToolCall:
     """One running tool call's way back to its client: the mechanics behind the public
-    :class:`~trio_mcp.Context` (progress, status, logging, input from the client)."""
+    :class:`~trio_mcp.Context` (progress, status, logging, input from the client).
 
-    __slots__ = ("_last_progress", "progress_token", "session", "task")
+    Input comes three ways, whatever the tool wrote (``await ctx.elicit(...)``): a handshake-era
+    server→client request (in a task: ``input_required`` meanwhile); a modern-era task's
+    ``inputRequests``, answered by ``tasks/update``; or, in a modern-era plain call, an
+    ``InputRequiredResult`` — the call is stopped (cancelled, so its cleanup runs) and run
+    again from the start when the client retries with the answers.
+    """
+
+    __slots__ = ("_last_progress", "mrtr", "progress_token", "scope", "session", "task")
 
     def __init__(
-        self, session: SessionActor, progress_token: int | str | None, task: TaskActor | None
+        self,
+        session: SessionActor,
+        progress_token: int | str | None,
+        task: TaskActor | None,
+        scope: Scope,
+        mrtr: InputNeeded | None = None,
     ) -> None:
         self.session = session
         self.progress_token = progress_token
         self.task = task
+        self.scope = scope
+        self.mrtr = mrtr
         self._last_progress: float | None = None
 
     @property
@@ -123,7 +173,7 @@ class ToolCall:
         if message is not None:
             params["message"] = message
         if task is not None:
-            params["_meta"] = self.session.dialect.related_task(task.task_id)
+            params["_meta"] = self.scope.related_task(task.task_id)
         return self.session.notify("notifications/progress", params)
 
     def set_status(self, message: str | None) -> None:
@@ -131,30 +181,64 @@ class ToolCall:
             self.task.set_status_message(message)
 
     def log(self, level: str, data: Any, logger: str | None) -> bool:
-        params = self.session.dialect.log_message(level, data, logger)
+        params = self.scope.log_message(level, data, logger)
         return params is not None and self.session.notify("notifications/message", params)
 
     async def ask_client(
         self, capability: str, method: str, params: dict[str, Any], status: str | None
     ) -> dict[str, Any]:
-        """A request for input from the client; in a task, the task is ``input_required`` meanwhile."""
-        request = self.session.dialect.input_request(capability, method, params, self.task_id)
+        """Input from the client, the way this call's era and mode provide it."""
+        request = self.scope.input_request(capability, method, params, self.task_id)
         if isinstance(request, ErrorValue):
             raise request.exception()
         method, params = request
+        if self.scope.era == "modern":
+            if self.task is not None:
+                return await self._ask_through_task(method, params, status)
+            return await self._ask_by_retry(method, params)
         if self.task is None:
             return await self.session.request(method, params)
         with self.task.awaiting_input(status):
             return await self.session.request(method, params)
 
+    async def _ask_through_task(
+        self, method: str, params: dict[str, Any], status: str | None
+    ) -> dict[str, Any]:
+        assert self.task is not None
+        key, reply = self.task.request_input({"method": method, "params": params}, status)
+        try:
+            answer = await reply.wait()
+        finally:
+            self.task.withdraw_input(key)
+        if not isinstance(answer, dict):
+            raise McpError(INVALID_PARAMS, f"Invalid params at 'inputResponses.{key}': expected an object")
+        return answer
+
+    async def _ask_by_retry(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        mrtr = self.mrtr
+        assert mrtr is not None
+        key = f"input-{mrtr.next_key}"
+        mrtr.next_key += 1
+        answer = mrtr.answers.get(key)
+        if answer is not None:
+            if not isinstance(answer, dict):
+                raise McpError(
+                    INVALID_PARAMS, f"Invalid params at 'inputResponses.{key}': expected an object"
+                )
+            return answer
+        mrtr.needed[key] = {"method": method, "params": params}
+        mrtr.scope.cancel()  # stop the call here; the client retries with the answer
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")  # pragma: no cover
+
     async def client_task(
         self, kind: str, verb: str, method: str, params: dict[str, Any], ttl_ms: int | None
     ) -> CreateTaskResult:
         """Ask the client to run ``method`` as a task on its side; returns its CreateTaskResult."""
-        if not self.session.dialect.client_accepts_task(kind, verb):
+        if not self.scope.client_accepts_task(kind, verb):
             raise McpError(INVALID_REQUEST, f"The client does not accept task-augmented {method} requests")
         if self.task is not None:
-            params["_meta"] = self.session.dialect.related_task(self.task.task_id)
+            params["_meta"] = self.scope.related_task(self.task.task_id)
         return await self.session.client_tasks.create(method, params, ttl_ms)
 
 
@@ -168,6 +252,9 @@ class SessionActor(Endpoint):
         self.service = service
         self.supervisor = supervisor
         self.dialect = HandshakeDialect()
+        """The handshake era's state on this connection (``initialize``)."""
+        self.modern = ModernDialect(service.info, service.instructions)
+        """The modern era's rules: requests that carry the per-request envelope."""
         self._in_flight: dict[jsonrpc.RequestId, trio.CancelScope] = {}
         self._slots = trio.Semaphore(MAX_WAITING_REQUESTS)
         self.receiver = TaskReceiver(self, supervisor, self.owner, self.dialect)
@@ -209,6 +296,11 @@ class SessionActor(Endpoint):
 
     # -- dispatch -------------------------------------------------------------------------
     async def on_request(self, request: jsonrpc.Request) -> None:
+        # The era is decided per request: the modern envelope in ``_meta`` means 2026-07-28
+        # (stateless); anything else is the handshake era of this connection.
+        if is_modern(request.params):
+            await self._on_modern(request)
+            return
         command = self.dialect.interpret(request, self._tool_support)
         if isinstance(command, ErrorValue):
             await self.respond_error(request.id, command)
@@ -221,7 +313,7 @@ class SessionActor(Endpoint):
         elif isinstance(command, SetLogLevel):
             await self.respond(request.id, self.dialect.set_log_level(command))
         elif isinstance(command, ListTools):
-            await self.answer(request, functools.partial(self._tools_list, command))
+            await self.answer(request, functools.partial(self._tools_list, command, self.dialect.complete))
         # Task queries: sent to the supervisor and answered from the reply's continuation, so
         # the reader goes on with the next request at once (pipelined clients: one scheduler
         # round per burst, not per request). FIFO mailboxes keep them in order.
@@ -230,13 +322,44 @@ class SessionActor(Endpoint):
         elif isinstance(command, CancelTask):
             await self._start(request, lambda: self.receiver.start_cancel(command.task_id))
         elif isinstance(command, ListTasks):
-            await self._start(request, lambda: self.receiver.start_list(command.cursor))
+            await self._start(
+                request, lambda: self.receiver.start_list(command.cursor, self.dialect.render_page)
+            )
         elif isinstance(command, CallTool) and command.as_task:
-            await self._start(request, lambda: self._start_create(command))
+            await self._start(request, lambda: self._start_create(command, self.dialect))
         elif isinstance(command, CallTool):
-            await self._wait(request, functools.partial(self._tools_call, command))
+            await self._wait(request, functools.partial(self._tools_call, command, self.dialect))
         elif isinstance(command, AwaitTaskResult):
             await self._wait(request, functools.partial(self._task_result, command.task_id))
+
+    async def _on_modern(self, request: jsonrpc.Request) -> None:
+        interpreted = self.modern.interpret(request, self._tool_support)
+        if isinstance(interpreted, ErrorValue):
+            await self.respond_error(request.id, interpreted)
+            return
+        command, scope = interpreted
+        if isinstance(command, Discover):
+            await self.respond(request.id, self.modern.discover(scope, self._capabilities()))
+        elif isinstance(command, ListTools):
+            await self.answer(request, functools.partial(self._tools_list, command, scope.cacheable))
+        elif isinstance(command, GetTask):
+            await self._start(request, lambda: self.receiver.start_get(command.task_id, scope))
+        elif isinstance(command, CancelTask):
+            await self._start(request, lambda: self.receiver.start_cancel(command.task_id, scope))
+        elif isinstance(command, UpdateTask):
+            await self._start(
+                request, lambda: self.receiver.start_update(command.task_id, command.input_responses, scope)
+            )
+        elif isinstance(command, CallTool) and command.as_task:
+            await self._start(request, lambda: self._start_create(command, scope))
+        elif isinstance(command, CallTool) and command.auto_task:
+            await self._wait(request, functools.partial(self._call_maybe_task, command, scope))
+        elif isinstance(command, CallTool):
+            await self._wait(request, functools.partial(self._modern_call, command, scope))
+
+    @staticmethod
+    def _capabilities() -> dict[str, Any]:
+        return {"tools": {"listChanged": False}, "logging": {}}
 
     async def _wait(
         self, request: jsonrpc.Request, handler: Callable[[jsonrpc.Request], Awaitable[dict[str, Any]]]
@@ -317,7 +440,12 @@ class SessionActor(Endpoint):
                 scope.cancel()  # the request ends without a response, as the spec asks
 
     # -- handlers -------------------------------------------------------------------------
-    async def _tools_list(self, command: ListTools, request: jsonrpc.Request) -> dict[str, Any]:
+    async def _tools_list(
+        self,
+        command: ListTools,
+        finish: Callable[[dict[str, Any]], dict[str, Any]],
+        request: jsonrpc.Request,
+    ) -> dict[str, Any]:
         tools = list(self.service.tools.values())
         try:
             start = decode_cursor("tools", command.cursor) if command.cursor is not None else 0
@@ -329,25 +457,116 @@ class SessionActor(Endpoint):
         result: dict[str, Any] = {"tools": [unstructure(t.tool) for t in tools[start:end]]}
         if end < len(tools):
             result["nextCursor"] = encode_cursor("tools", end)
-        return result
+        return finish(result)
 
-    async def _tools_call(self, command: CallTool, request: jsonrpc.Request) -> dict[str, Any]:
+    async def _tools_call(self, command: CallTool, scope: Scope, request: jsonrpc.Request) -> dict[str, Any]:
         """A plain call: run the tool here and answer with its result."""
         entry = self.service.tools[command.name]
-        result = await entry.call(command.arguments, ToolCall(self, command.progress_token, None))
+        result = await entry.call(command.arguments, ToolCall(self, command.progress_token, None, scope))
         data: dict[str, Any] = unstructure(result)
-        return data
+        return scope.complete(data)
 
     async def _task_result(self, task_id: str, request: jsonrpc.Request) -> dict[str, Any]:
         return await self.receiver.result(task_id)
 
-    def _start_create(self, command: CallTool) -> Started:
-        """A task-augmented call: create the task; the work starts once it is answered."""
+    def _start_create(self, command: CallTool, scope: Scope) -> Started:
+        """A task: create it; the work starts once the CreateTaskResult is queued."""
+        immediate = self.service.tools[command.name].immediate_response
+        return self.receiver.start_create(self._task_work(command, scope), command.ttl_ms, immediate, scope)
+
+    def _task_work(self, command: CallTool, scope: Scope) -> Callable[[TaskActor], Awaitable[TaskOutcome]]:
         entry = self.service.tools[command.name]
-        dialect = self.dialect
 
         async def work(actor: TaskActor) -> TaskOutcome:
-            result = await entry.call(command.arguments, ToolCall(self, command.progress_token, actor))
-            return dialect.settle_tool_result(result)
+            result = await entry.call(command.arguments, ToolCall(self, command.progress_token, actor, scope))
+            return scope.settle_tool_result(result)
 
-        return self.receiver.start_create(work, command.ttl_ms, entry.immediate_response)
+        return work
+
+    # -- the modern era's calls -------------------------------------------------------------
+    def _state_binding(self, command: CallTool) -> str:
+        # Bound to the caller where there is an identity; a connection-minted owner changes
+        # with every connection (stateless HTTP), so those states bind to the call alone.
+        owner = self.owner if not self.connection_owned else "anonymous"
+        return binding_of(owner, "tools/call", command.name, command.arguments)
+
+    def _answers(self, command: CallTool) -> dict[str, Any]:
+        """The answers a retry carries: the sealed ones, plus new responses to what was asked."""
+        if command.request_state is None:
+            return dict(command.input_responses or {})
+        opened = self.service.state_codec.open(
+            command.request_state, binding=self._state_binding(command), now=self.supervisor.wall_clock()
+        )
+        if opened is None:
+            raise McpError(INVALID_PARAMS, "Invalid params at 'requestState': not a state this server issued")
+        answers = dict(opened.get("answers") or {})
+        for key in opened.get("asked") or ():
+            if command.input_responses and key in command.input_responses:
+                answers[key] = command.input_responses[key]
+        return answers
+
+    async def _modern_call(
+        self, command: CallTool, scope: ModernScope, request: jsonrpc.Request
+    ) -> dict[str, Any]:
+        """A plain modern-era call; input it needs comes back as an ``InputRequiredResult``."""
+        entry = self.service.tools[command.name]
+        mrtr = InputNeeded(self._answers(command))
+        with mrtr.scope:
+            result = await entry.call(
+                command.arguments, ToolCall(self, command.progress_token, None, scope, mrtr)
+            )
+            data: dict[str, Any] = unstructure(result)
+            return scope.complete(data)
+        state = self.service.state_codec.seal(
+            {"answers": mrtr.answers, "asked": list(mrtr.needed)},
+            binding=self._state_binding(command),
+            now=self.supervisor.wall_clock(),
+        )
+        return scope.input_required(mrtr.needed, state)
+
+    async def _call_maybe_task(
+        self, command: CallTool, scope: ModernScope, request: jsonrpc.Request
+    ) -> dict[str, Any]:
+        """Server-directed tasks: the call runs as a task from the start; if it ends within the
+        window it is answered with its result (and the task is forgotten, never shown);
+        otherwise, or as soon as it needs input, with the task."""
+        needs_input = trio.Event()
+
+        def watch(record: TaskRecord) -> None:
+            if record.status == TaskStatus.INPUT_REQUIRED:
+                needs_input.set()
+
+        entry = self.service.tools[command.name]
+        started = self.receiver.start_create(
+            self._task_work(command, scope), None, entry.immediate_response, scope, watcher=watch
+        )
+        record: TaskRecord = await started.reply.wait()
+        self.receiver.start_work(record)
+        outcome: TaskOutcome | None = None
+
+        async def wait_for_outcome(cancel_scope: trio.CancelScope) -> None:
+            nonlocal outcome
+            try:
+                outcome = await self.receiver.outcome(record.task_id)
+            except McpError:
+                pass  # removed meanwhile: answer with the task, whose record says what happened
+            cancel_scope.cancel()
+
+        async def wait_for_input(cancel_scope: trio.CancelScope) -> None:
+            await needs_input.wait()
+            cancel_scope.cancel()
+
+        window = self.supervisor.limits.auto_task_after_ms / 1000
+        with trio.move_on_after(window):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(wait_for_outcome, nursery.cancel_scope)
+                nursery.start_soon(wait_for_input, nursery.cancel_scope)
+        if outcome is not None:
+            self.supervisor.mailbox.put(Remove(self.owner, record.task_id), system=True)
+            rendered = scope.render_outcome(record.task_id, outcome)
+            if isinstance(rendered, ErrorValue):
+                raise rendered.exception()
+            return rendered
+        poll: Reply[TaskRecord] = Reply()
+        self.supervisor.tell(Route(self.owner, record.task_id, Poll(poll)))
+        return scope.render_created(await poll.wait(), entry.immediate_response)

@@ -25,6 +25,18 @@ from typing import Any, Generic, TypeVar
 import outcome
 import trio
 
+__all__ = [
+    "DEFAULT_MAILBOX_SIZE",
+    "YIELD_EVERY",
+    "Actor",
+    "Mailbox",
+    "MailboxClosed",
+    "MailboxFull",
+    "Reply",
+    "ask",
+    "unwrap_single",
+]
+
 M = TypeVar("M")
 T = TypeVar("T")
 

@@ -38,7 +38,7 @@ from ..protocol.records import TaskOutcome, TaskRecord, new_record
 from ..protocol.tasks import TaskStatus
 from .runtime import Actor, Reply
 from .store import InvalidCursor, MemoryTaskStore, TaskStore
-from .task_actor import CANCELLED, AwaitResult, Cancel, Poll, Start, Stop, TaskActor, Work
+from .task_actor import CANCELLED, AwaitResult, Cancel, Poll, ProvideInput, Start, Stop, TaskActor, Work
 from .trace import Tracer, no_trace
 
 __all__ = [
@@ -67,6 +67,11 @@ class TaskLimits:
     """Non-terminal tasks one owner may have at once."""
     list_page_size: int = 100
     """Tasks per ``tasks/list`` page."""
+    auto_task_after_ms: int = 1_000
+    """Modern era, client with the tasks extension: a ``task_support="optional"`` tool still
+    running after this long is answered with a task (``CreateTaskResult``); one that ends
+    sooner, with its plain result. A tool that asks for input within the window becomes a task
+    at once."""
 
     def grant_ttl(self, requested: int | None) -> int:
         if requested is None:
@@ -93,7 +98,7 @@ class Route:
 
     owner: str
     task_id: str
-    message: Start | Poll | AwaitResult | Cancel
+    message: Start | Poll | AwaitResult | Cancel | ProvideInput
 
 
 @attrs.frozen
@@ -205,9 +210,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             for task_id in message.task_ids:
                 await self._remove(task_id, EXPIRED)
         elif isinstance(message, Remove):
-            actor = self._actors.get(message.task_id)
-            if actor is not None and actor.owner == message.owner:
-                await self._remove(message.task_id, GONE)
+            await self._remove_owned(message.owner, message.task_id)
         elif isinstance(message, _DropOwner):
             await self._drop_owner(message.owner)
         elif isinstance(message, _Crashed):
@@ -297,6 +300,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 inner.reply.send(record.outcome)
             else:
                 inner.reply.fail(ELSEWHERE.exception())
+        elif isinstance(inner, ProvideInput):
+            inner.reply.send(record)  # nothing waits for input here: answers are ignored
         elif record.is_terminal:
             inner.reply.send((record, True))
         else:
@@ -318,7 +323,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             else:
                 message.reply.send((current, current.is_terminal))
 
-    def _deliver(self, actor: TaskActor, message: Poll | AwaitResult | Cancel | Stop) -> None:
+    def _deliver(self, actor: TaskActor, message: Poll | AwaitResult | Cancel | ProvideInput | Stop) -> None:
         """Run the actor's handler to completion here; a handler that raises has crashed."""
         try:
             actor.receive(message)
@@ -386,6 +391,20 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         if self.tracer is not no_trace and (removed is not None or actor is not None):
             self.tracer("task.expired" if error is EXPIRED else "task.removed", {"task_id": task_id})
             self.tracer("actor.stop", {"actor": "TaskActor", "name": task_id})
+
+    async def _remove_owned(self, owner: str, task_id: str) -> None:
+        actor = self._actors.get(task_id)
+        if actor is None:
+            try:
+                record = await self.store.get(task_id)
+            except Exception as exc:
+                log.error("task store failed to read task %s: %r", task_id, exc, exc_info=exc)
+                return
+            if record is None or record.owner != owner:
+                return
+        elif actor.owner != owner:
+            return
+        await self._remove(task_id, GONE)
 
     async def _drop_owner(self, owner: str) -> None:
         while True:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 import attrs
 import trio
@@ -37,6 +38,7 @@ __all__ = [
     "AwaitResult",
     "Cancel",
     "Poll",
+    "ProvideInput",
     "Start",
     "Stop",
     "TaskActor",
@@ -72,13 +74,22 @@ class Cancel:
 
 
 @attrs.frozen
+class ProvideInput:
+    """Answers to the task's input requests, by key (unknown or answered keys are ignored);
+    answered with the record after they were taken."""
+
+    responses: dict[str, Any]
+    reply: Reply[TaskRecord]
+
+
+@attrs.frozen
 class Stop:
     """Stop for good (expiry, owner gone, shutdown): waiters get ``error``."""
 
     error: ErrorValue
 
 
-TaskMessage = Start | Poll | AwaitResult | Cancel | Stop
+TaskMessage = Start | Poll | AwaitResult | Cancel | ProvideInput | Stop
 
 Work = Callable[["TaskActor"], Awaitable[TaskOutcome]]
 
@@ -90,7 +101,9 @@ class TaskActor:
 
     __slots__ = (
         "_clock",
+        "_input_seq",
         "_input_waits",
+        "_inputs",
         "_on_change",
         "_scope",
         "_stopped",
@@ -121,6 +134,8 @@ class TaskActor:
         self._waiters: list[Reply[TaskOutcome]] = []
         self._scope = trio.CancelScope()
         self._input_waits = 0
+        self._inputs: dict[str, Reply[Any]] = {}
+        self._input_seq = 0
         self._stopped: ErrorValue | None = None
 
     @property
@@ -167,10 +182,43 @@ class TaskActor:
             self._input_waits -= 1
             if (
                 self._input_waits == 0
+                and not self._inputs
                 and self.record.status == TaskStatus.INPUT_REQUIRED
                 and self._stopped is None  # removed: its state is final
             ):
                 self._set(self.record.transition(TaskStatus.WORKING, None, now=self._clock()))
+
+    def request_input(self, request: dict[str, Any], message: str | None = None) -> tuple[str, Reply[Any]]:
+        """Ask the requestor for input through the task itself (the tasks extension): the
+        request is listed in the record's ``inputRequests`` under a key unique for the task's
+        life, the task is ``input_required``, and the returned reply is answered by a
+        :class:`ProvideInput` carrying that key. Withdraw it with :meth:`withdraw_input`."""
+        key = f"input-{self._input_seq}"
+        self._input_seq += 1
+        reply: Reply[Any] = Reply()
+        if self.record.is_terminal or self._stopped is not None:
+            return key, reply  # never answered: the work is being cancelled
+        self._inputs[key] = reply
+        status = TaskStatus.INPUT_REQUIRED
+        note = message if self.record.status != status else self.record.status_message
+        requests = {**self.record.input_requests, key: request}
+        self._set(self.record.with_input_requests(requests, status, note, now=self._clock()))
+        return key, reply
+
+    def withdraw_input(self, key: str) -> None:
+        """Forget an input request nobody waits for any more (its asker was cancelled)."""
+        if self._inputs.pop(key, None) is not None:
+            self._drop_requests((key,))
+
+    def _drop_requests(self, keys: tuple[str, ...]) -> None:
+        if self.record.is_terminal or self._stopped is not None:
+            return
+        requests = {k: v for k, v in self.record.input_requests.items() if k not in keys}
+        status = self.record.status
+        message = self.record.status_message
+        if not requests and not self._input_waits and status == TaskStatus.INPUT_REQUIRED:
+            status, message = TaskStatus.WORKING, None
+        self._set(self.record.with_input_requests(requests, status, message, now=self._clock()))
 
     def set_status_message(self, message: str | None) -> None:
         """Update ``statusMessage`` of a live task (from the work's context)."""
@@ -183,6 +231,7 @@ class TaskActor:
         if self.record.is_terminal:
             return
         self._set(self.record.settle(outcome, now=self._clock(), status=status))
+        self._inputs.clear()
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             waiter.send(outcome)
@@ -209,7 +258,7 @@ class TaskActor:
             on_crash(self, exc)
 
     # -- messages (synchronous: each runs to completion) ------------------------------------
-    def receive(self, message: Poll | AwaitResult | Cancel | Stop) -> None:
+    def receive(self, message: Poll | AwaitResult | Cancel | ProvideInput | Stop) -> None:
         """Handle one message. Never waits; answers go to the message's reply slot."""
         if self._stopped is not None:
             if not isinstance(message, Stop):
@@ -231,6 +280,16 @@ class TaskActor:
                 TaskOutcome(error=CANCELLED, failed=True, message=message.reason), TaskStatus.CANCELLED
             )
             message.reply.send((self.record, False))
+        elif isinstance(message, ProvideInput):
+            taken: list[str] = []
+            for key, value in message.responses.items():
+                reply = self._inputs.pop(key, None)
+                if reply is not None:
+                    taken.append(key)
+                    reply.send(value)
+            if taken:
+                self._drop_requests(tuple(taken))
+            message.reply.send(self.record)
         elif isinstance(message, Stop):
             self.stop(message.error)
 

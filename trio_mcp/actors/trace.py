@@ -13,6 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+__all__ = [
+    "Tracer",
+    "no_trace",
+]
+
 Tracer = Callable[[str, dict[str, Any]], None]
 
 

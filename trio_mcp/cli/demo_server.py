@@ -12,6 +12,12 @@ import trio
 
 from trio_mcp import Context, Server
 
+__all__ = [
+    "ANSWER_SCHEMA",
+    "main",
+    "server",
+]
+
 server = Server("trio-mcp-demo", version="0.1.0", instructions="Demo tools for trio-mcp tasks.")
 
 

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import enum
 
+__all__ = [
+    "CliError",
+    "ExitCode",
+]
+
 
 class ExitCode(enum.IntEnum):
     """What ``trio-mcp`` exits with (documented in ``docs/cli.md``)."""

@@ -32,6 +32,26 @@ from ..protocol.messages import (
 from .errors import CliError
 from .parsing import format_duration_ms, type_label
 
+__all__ = [
+    "STATUS_STYLES",
+    "SUPPORT_STYLES",
+    "LiveDisplay",
+    "LiveDisplays",
+    "dump_json",
+    "parameters_label",
+    "print_error",
+    "print_result",
+    "result_lines",
+    "status_text",
+    "stderr_console",
+    "stdout_console",
+    "task_line",
+    "task_table",
+    "tasks_table",
+    "tools_table",
+    "wire",
+]
+
 STATUS_STYLES = {
     "working": "bold blue",
     "input_required": "bold yellow",

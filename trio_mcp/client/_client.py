@@ -102,6 +102,7 @@ class Client(Endpoint):
     ) -> None:
         super().__init__(transport)
         self.on_elicit = on_elicit
+        self._dialect = HandshakeDialect()  # how the tasks we run for the server are written
         self.on_sample = on_sample
         self.tasks = TaskRequestor(self)
         """The server's tasks (the raw requestor API; the methods below wrap it)."""
@@ -182,7 +183,8 @@ class Client(Endpoint):
 
         async def handle(request: jsonrpc.Request) -> dict[str, Any]:
             if method == "tasks/list":
-                return await receiver.start_list(structure(request.params, PaginatedParams).cursor).wait()
+                cursor = structure(request.params, PaginatedParams).cursor
+                return await receiver.start_list(cursor, self._dialect.render_page).wait()
             task_id = structure(request.params, TaskIdParams).task_id
             if method == "tasks/result":
                 return await receiver.result(task_id)
@@ -356,7 +358,7 @@ async def connect(
                 # The client runs tasks for the server too: the same actors as a server session.
                 supervisor = TaskSupervisor()
                 await nursery.start(supervisor.run)
-                client.receiver = TaskReceiver(client, supervisor, "server", HandshakeDialect())
+                client.receiver = TaskReceiver(client, supervisor, "server", client._dialect)
 
             async def reader() -> None:
                 await client.run_connection(nursery)

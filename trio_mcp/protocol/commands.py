@@ -20,12 +20,14 @@ __all__ = [
     "CancelRequest",
     "CancelTask",
     "Command",
+    "Discover",
     "GetTask",
     "Initialize",
     "ListTasks",
     "ListTools",
     "Ping",
     "SetLogLevel",
+    "UpdateTask",
 ]
 
 
@@ -55,13 +57,34 @@ class ListTools:
 
 @attrs.frozen
 class CallTool:
-    """Run a tool: as a task when ``as_task`` (the dialect has checked the tool allows it)."""
+    """Run a tool: as a task when ``as_task`` (the dialect has checked the tool allows it).
+
+    ``auto_task``: the server may decide (the modern era's server-directed tasks): a call that
+    is still running after the server's window becomes a task. ``input_responses`` and
+    ``request_state`` are a modern-era retry's answers to an ``InputRequiredResult``.
+    """
 
     name: str
     arguments: dict[str, Any] | None
     progress_token: int | str | None = None
     as_task: bool = False
     ttl_ms: int | None = None
+    auto_task: bool = False
+    input_responses: dict[str, Any] | None = None
+    request_state: str | None = None
+
+
+@attrs.frozen
+class Discover:
+    """``server/discover``: versions, capabilities and identity (modern era)."""
+
+
+@attrs.frozen
+class UpdateTask:
+    """``tasks/update``: answers to a task's outstanding input requests (modern era)."""
+
+    task_id: str
+    input_responses: dict[str, Any]
 
 
 @attrs.frozen
@@ -103,4 +126,6 @@ Command = (
     | CancelTask
     | ListTasks
     | AwaitTaskResult
+    | Discover
+    | UpdateTask
 )

@@ -19,6 +19,13 @@ from .errors import INVALID_PARAMS, McpError
 from .messages import CONTENT_TYPES, ContentBlock
 from .tasks import TaskStatus
 
+__all__ = [
+    "converter",
+    "structure",
+    "unstructure",
+    "wire_name",
+]
+
 T = TypeVar("T")
 
 converter = cattrs.Converter(omit_if_default=True, detailed_validation=True)

@@ -53,7 +53,14 @@ from .records import TaskOutcome, TaskRecord
 from .tasks import format_timestamp
 from .versions import has_tasks, negotiate
 
-__all__ = ["LEVELS", "SERVER_TASK_CAPABILITIES", "HandshakeDialect", "level_passes"]
+__all__ = [
+    "LEVELS",
+    "SERVER_TASK_CAPABILITIES",
+    "HandshakeDialect",
+    "ToolSupport",
+    "level_passes",
+    "progress_token_of",
+]
 
 SERVER_TASK_CAPABILITIES: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
 """What a 2025-11-25 server declares under ``capabilities.tasks``."""
@@ -76,7 +83,8 @@ def level_passes(level: str, threshold: str) -> bool:
     return LEVELS.index(level) >= LEVELS.index(threshold)
 
 
-def _progress_token(meta: dict[str, Any] | None) -> int | str | None:
+def progress_token_of(meta: dict[str, Any] | None) -> int | str | None:
+    """A request's ``_meta.progressToken``: a string or an integer (else -32602), or None."""
     if not meta or "progressToken" not in meta:
         return None
     token = meta["progressToken"]
@@ -144,7 +152,7 @@ class HandshakeDialect:
 
     def _call_tool(self, params: dict[str, Any] | None, tool_support: ToolSupport) -> Command | ErrorValue:
         call = structure(params, CallToolParams)
-        token = _progress_token(call.meta)
+        token = progress_token_of(call.meta)
         support = tool_support(call.name)
         if support is None:
             return ErrorValue(INVALID_PARAMS, f"Unknown tool: '{call.name}'")
@@ -192,6 +200,11 @@ class HandshakeDialect:
         return {}
 
     # -- writing results ---------------------------------------------------------------------
+    @staticmethod
+    def complete(result: dict[str, Any]) -> dict[str, Any]:
+        """A finished result as this era writes it: unchanged (no ``resultType`` here)."""
+        return result
+
     @staticmethod
     def render_task(record: TaskRecord) -> dict[str, Any]:
         """The 2025-11-25 ``Task`` object (``tasks/get``, ``tasks/cancel``, status notifications)."""

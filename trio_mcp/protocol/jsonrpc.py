@@ -14,6 +14,24 @@ import attrs
 
 from .errors import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
 
+__all__ = [
+    "ErrorObject",
+    "ErrorResponse",
+    "InvalidMessage",
+    "Message",
+    "Notification",
+    "Request",
+    "RequestId",
+    "Response",
+    "encode",
+    "encode_error",
+    "encode_notification",
+    "encode_request",
+    "encode_response",
+    "parse",
+    "parse_object",
+]
+
 RequestId = int | str
 
 

@@ -13,6 +13,46 @@ import attrs
 
 from .tasks import TaskStatus
 
+__all__ = [
+    "CONTENT_TYPES",
+    "MODEL_IMMEDIATE_RESPONSE_KEY",
+    "RELATED_TASK_KEY",
+    "AudioContent",
+    "CallToolParams",
+    "CallToolResult",
+    "CancelledParams",
+    "ContentBlock",
+    "CreateMessageParams",
+    "CreateMessageResult",
+    "CreateTaskResult",
+    "ElicitAction",
+    "ElicitRequestParams",
+    "ElicitResult",
+    "EmbeddedResource",
+    "ImageContent",
+    "Implementation",
+    "InitializeParams",
+    "InitializeResult",
+    "ListTasksResult",
+    "ListToolsResult",
+    "LoggingLevel",
+    "LoggingMessageParams",
+    "Meta",
+    "PaginatedParams",
+    "ProgressParams",
+    "ProgressToken",
+    "ResourceLink",
+    "SamplingMessage",
+    "SetLevelParams",
+    "Task",
+    "TaskIdParams",
+    "TaskMetadata",
+    "TaskSupport",
+    "TextContent",
+    "Tool",
+    "ToolExecution",
+]
+
 Meta = dict[str, Any]
 ProgressToken = int | str
 TaskSupport = Literal["forbidden", "optional", "required"]

@@ -104,8 +104,13 @@ class TaskRecord:
     def with_message(self, message: str | None, *, now: float) -> TaskRecord:
         return self._changed(now, status_message=message)
 
-    def with_input_requests(self, requests: dict[str, Any], *, now: float) -> TaskRecord:
-        return self._changed(now, input_requests=requests)
+    def with_input_requests(
+        self, requests: dict[str, Any], status: TaskStatus, message: str | None, *, now: float
+    ) -> TaskRecord:
+        """The record with these pending input requests, in ``status`` (a legal move, or the same)."""
+        if status != self.status:
+            check_transition(self.status, status)
+        return self._changed(now, input_requests=requests, status=status, status_message=message)
 
     def settle(self, outcome: TaskOutcome, *, now: float, status: TaskStatus | None = None) -> TaskRecord:
         """The terminal record for ``outcome`` (``failed`` or ``completed`` unless ``status``)."""

@@ -9,6 +9,15 @@ from __future__ import annotations
 import datetime
 import enum
 
+__all__ = [
+    "TERMINAL",
+    "InvalidTransition",
+    "TaskStatus",
+    "can_transition",
+    "check_transition",
+    "format_timestamp",
+]
+
 
 class TaskStatus(enum.StrEnum):
     WORKING = "working"

@@ -42,6 +42,7 @@ from ..protocol.messages import (
     Tool,
     ToolExecution,
 )
+from ..protocol.request_state import StateCodec
 from ..protocol.schema import ArgumentError, ArgumentSpec, argument_spec
 from ..transports.base import Transport
 from ..transports.stdio import open_stdio_transport
@@ -141,6 +142,7 @@ class Server:
         limits: TaskLimits | None = None,
         tools_page_size: int = 100,
         store: Callable[[], TaskStore] | None = None,
+        state_key: bytes | None = None,
     ) -> None:
         self.info = Implementation(name=name, version=version, title=title)
         self.instructions = instructions
@@ -149,6 +151,10 @@ class Server:
         self.store_factory: Callable[[], TaskStore] = store if store is not None else default_store
         """Makes the task store each :meth:`open` uses (default: :func:`default_store`)."""
         self.tools: dict[str, RegisteredTool] = {}
+        self.state_codec = StateCodec(state_key)
+        """Seals the ``requestState`` of modern-era input requests. Processes that share
+        retries (several behind one load balancer) need the same ``state_key`` (32 random
+        bytes); by default each server makes its own."""
 
     def tool(
         self,

@@ -5,6 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "BatchTransport",
+    "MessageTooLarge",
+    "Transport",
+]
+
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 """Largest message (in bytes, without framing) a transport accepts by default: 4 MiB."""
 

@@ -9,6 +9,11 @@ import trio
 
 from .base import DEFAULT_MAX_MESSAGE_SIZE, MessageTooLarge
 
+__all__ = [
+    "MemoryTransport",
+    "memory_transport_pair",
+]
+
 
 @attrs.define(eq=False)
 class MemoryTransport:

@@ -1,0 +1,363 @@
+"""The modern-era dialect: MCP 2026-07-28, stateless, with the tasks extension (SEP-2663).
+
+No ``initialize``: every request carries its own envelope in ``params._meta`` (the protocol
+version and the client's capabilities, optionally its info and a log level), so a request is
+understood on its own. :meth:`ModernDialect.interpret` checks the envelope and turns the request
+into an era-neutral command plus a :class:`ModernScope`, which writes that request's answers:
+``resultType`` on every result, ``serverInfo`` in result ``_meta``, the flat
+``CreateTaskResult``, the ``DetailedTask`` of ``tasks/get``, and ``InputRequiredResult``.
+
+>>> from trio_mcp.protocol.jsonrpc import Request
+>>> from trio_mcp.protocol.messages import Implementation
+>>> dialect = ModernDialect(Implementation("demo", "1.0"), None)
+>>> dialect.interpret(Request(1, "tools/list", {"_meta": {}}), lambda name: None).code
+-32602
+>>> envelope = {PROTOCOL_VERSION_KEY: "2026-07-28", CLIENT_CAPABILITIES_KEY: {}}
+>>> command, scope = dialect.interpret(Request(2, "server/discover", {"_meta": envelope}), lambda n: None)
+>>> command
+Discover()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .commands import (
+    CallTool,
+    CancelRequest,
+    CancelTask,
+    Command,
+    Discover,
+    GetTask,
+    ListTools,
+    UpdateTask,
+)
+from .converter import structure, unstructure
+from .errors import (
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    ErrorValue,
+    McpError,
+)
+from .handshake import LEVELS, ToolSupport, level_passes, progress_token_of
+from .jsonrpc import Notification, Request
+from .messages import (
+    RELATED_TASK_KEY,
+    CallToolParams,
+    CallToolResult,
+    CancelledParams,
+    Implementation,
+    PaginatedParams,
+    TaskIdParams,
+)
+from .records import TaskOutcome, TaskRecord
+from .tasks import TaskStatus, format_timestamp
+from .versions import MODERN_VERSIONS
+
+__all__ = [
+    "CLIENT_CAPABILITIES_KEY",
+    "CLIENT_INFO_KEY",
+    "LOG_LEVEL_KEY",
+    "PROTOCOL_VERSION_KEY",
+    "REMOVED_METHODS",
+    "SERVER_INFO_KEY",
+    "TASKS_EXTENSION",
+    "ModernDialect",
+    "ModernScope",
+    "is_modern",
+    "requires_tasks_extension",
+]
+
+PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"
+LOG_LEVEL_KEY = "io.modelcontextprotocol/logLevel"
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+
+REMOVED_METHODS = frozenset(
+    {
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "tasks/result",
+        "tasks/list",
+    }
+)
+"""Methods of the handshake era that 2026-07-28 removed: answered -32601."""
+
+DEFAULT_LIST_TTL_MS = 0
+"""``ttlMs`` on cacheable results: 0, "re-fetch whenever needed" (tools may change)."""
+
+
+def is_modern(params: dict[str, Any] | None) -> bool:
+    """Whether a message carries the modern envelope (a protocol version in ``_meta``)."""
+    if not params:
+        return False
+    meta = params.get("_meta")
+    return isinstance(meta, dict) and PROTOCOL_VERSION_KEY in meta
+
+
+def requires_tasks_extension() -> ErrorValue:
+    """-32021 naming the tasks extension as the capability the client lacks."""
+    return ErrorValue(
+        MISSING_REQUIRED_CLIENT_CAPABILITY,
+        f"Missing required client capability: extensions.{TASKS_EXTENSION}",
+        {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+    )
+
+
+class ModernScope:
+    """One modern-era request: what its envelope said, and how its answers are written."""
+
+    era = "modern"
+
+    def __init__(
+        self,
+        version: str,
+        client_capabilities: dict[str, Any],
+        client_info: dict[str, Any] | None,
+        log_level: str | None,
+        server_info: dict[str, Any],
+    ) -> None:
+        self.version = version
+        self.client_capabilities = client_capabilities
+        self.client_info = client_info
+        self.log_level = log_level
+        self._server_info = server_info
+
+    @property
+    def has_tasks_extension(self) -> bool:
+        extensions = self.client_capabilities.get("extensions")
+        return isinstance(extensions, dict) and isinstance(extensions.get(TASKS_EXTENSION), dict)
+
+    # -- results ----------------------------------------------------------------------------
+    def complete(self, result: dict[str, Any], result_type: str = "complete") -> dict[str, Any]:
+        """``result`` with ``resultType`` and the server's identity in ``_meta``."""
+        out = dict(result)
+        out["resultType"] = result_type
+        meta = out.get("_meta")
+        out["_meta"] = (
+            {**meta, SERVER_INFO_KEY: self._server_info}
+            if isinstance(meta, dict)
+            else {SERVER_INFO_KEY: self._server_info}
+        )
+        return out
+
+    def cacheable(self, result: dict[str, Any]) -> dict[str, Any]:
+        """A complete result with the caching hints cacheable results require."""
+        return self.complete({**result, "ttlMs": DEFAULT_LIST_TTL_MS, "cacheScope": "public"})
+
+    @staticmethod
+    def _task(record: TaskRecord) -> dict[str, Any]:
+        task: dict[str, Any] = {
+            "taskId": record.task_id,
+            "status": record.status.value,
+            "createdAt": format_timestamp(record.created_at),
+            "lastUpdatedAt": format_timestamp(record.last_updated_at),
+            "ttlMs": record.ttl_ms,
+        }
+        if record.status_message is not None:
+            task["statusMessage"] = record.status_message
+        if record.poll_interval_ms is not None:
+            task["pollIntervalMs"] = record.poll_interval_ms
+        return task
+
+    def detailed_task(self, record: TaskRecord) -> dict[str, Any]:
+        """The ``DetailedTask``: the task, plus ``inputRequests``, ``result`` or ``error``."""
+        task = self._task(record)
+        outcome = record.outcome
+        if record.status == TaskStatus.INPUT_REQUIRED:
+            task["inputRequests"] = dict(record.input_requests)
+        elif record.status == TaskStatus.COMPLETED and outcome is not None and outcome.result is not None:
+            task["result"] = outcome.result
+        elif record.status == TaskStatus.FAILED and outcome is not None and outcome.error is not None:
+            task["error"] = outcome.error.to_json()
+        return task
+
+    def render_task(self, record: TaskRecord) -> dict[str, Any]:
+        """``tasks/get``: the DetailedTask as a complete result."""
+        return self.complete(self.detailed_task(record))
+
+    def render_created(self, record: TaskRecord, immediate_response: str | None) -> dict[str, Any]:
+        """The flat ``CreateTaskResult`` (``resultType: "task"``)."""
+        result = self._task(record)
+        if immediate_response:
+            result["_meta"] = {"io.modelcontextprotocol/model-immediate-response": immediate_response}
+        return self.complete(result, "task")
+
+    def render_cancelled(self, record: TaskRecord, was_terminal: bool) -> dict[str, Any] | ErrorValue:
+        """``tasks/cancel`` is an acknowledgement, whatever the task's state."""
+        return self.complete({})
+
+    def render_outcome(self, task_id: str, outcome: TaskOutcome) -> dict[str, Any] | ErrorValue:
+        """A call answered with what it produced (no task was ever shown to the client)."""
+        if outcome.result is None:
+            assert outcome.error is not None
+            return outcome.error
+        return self.complete(outcome.result)
+
+    def input_required(self, input_requests: dict[str, Any], request_state: str | None) -> dict[str, Any]:
+        """``InputRequiredResult``: what the client must answer before retrying."""
+        result: dict[str, Any] = {"inputRequests": input_requests}
+        if request_state is not None:
+            result["requestState"] = request_state
+        return self.complete(result, "input_required")
+
+    @staticmethod
+    def settle_tool_result(result: CallToolResult) -> TaskOutcome:
+        """An ``isError`` tool result *completes* its task in this era; only JSON-RPC errors fail it."""
+        return TaskOutcome(result=unstructure(result))
+
+    def status_notification(self, record: TaskRecord) -> tuple[str, dict[str, Any]] | None:
+        """None: task notifications go only to ``subscriptions/listen`` streams in this era."""
+        return None
+
+    # -- what the server may send ------------------------------------------------------------
+    def log_message(self, level: str, data: Any, logger: str | None) -> dict[str, Any] | None:
+        """``notifications/message`` params if the request asked for ``level`` or lower, else None."""
+        if self.log_level is None or not level_passes(level, self.log_level):
+            return None
+        params: dict[str, Any] = {"level": level, "data": data}
+        if logger is not None:
+            params["logger"] = logger
+        return params
+
+    def input_request(
+        self, capability: str, method: str, params: dict[str, Any], task_id: str | None
+    ) -> tuple[str, dict[str, Any]] | ErrorValue:
+        """An input request (carried in a result, never sent), or -32021 if not declared."""
+        if not isinstance(self.client_capabilities.get(capability), dict):
+            return ErrorValue(
+                MISSING_REQUIRED_CLIENT_CAPABILITY,
+                f"Missing required client capability: {capability}",
+                {"requiredCapabilities": {capability: {}}},
+            )
+        return method, params
+
+    @staticmethod
+    def related_task(task_id: str) -> dict[str, Any]:
+        return {RELATED_TASK_KEY: {"taskId": task_id}}
+
+    def client_accepts_task(self, kind: str, verb: str) -> bool:
+        """Clients host no tasks in this era (SEP-2260)."""
+        return False
+
+
+class ModernDialect:
+    """The 2026-07-28 rules. Stateless: one per server, shared by every connection."""
+
+    era = "modern"
+
+    def __init__(self, server_info: Implementation, instructions: str | None) -> None:
+        self._server_info: dict[str, Any] = unstructure(server_info)
+        self.instructions = instructions
+
+    def interpret(
+        self, request: Request, tool_support: ToolSupport
+    ) -> tuple[Command, ModernScope] | ErrorValue:
+        """The command ``request`` stands for, with its scope, or the error to answer."""
+        try:
+            return self._interpret(request, tool_support)
+        except McpError as exc:
+            return exc.value
+
+    def _envelope(self, params: dict[str, Any] | None) -> ModernScope | ErrorValue:
+        meta = params.get("_meta") if params else None
+        if not isinstance(meta, dict):
+            return ErrorValue(INVALID_PARAMS, f"Invalid params: '_meta' must carry '{PROTOCOL_VERSION_KEY}'")
+        version = meta.get(PROTOCOL_VERSION_KEY)
+        if not isinstance(version, str):
+            return ErrorValue(INVALID_PARAMS, f"Invalid params: missing _meta['{PROTOCOL_VERSION_KEY}']")
+        if version not in MODERN_VERSIONS:
+            return ErrorValue(
+                UNSUPPORTED_PROTOCOL_VERSION,
+                f"Unsupported protocol version: {version}",
+                {"supported": list(MODERN_VERSIONS), "requested": version},
+            )
+        capabilities = meta.get(CLIENT_CAPABILITIES_KEY)
+        if not isinstance(capabilities, dict):
+            return ErrorValue(INVALID_PARAMS, f"Invalid params: missing _meta['{CLIENT_CAPABILITIES_KEY}']")
+        info = meta.get(CLIENT_INFO_KEY)
+        level = meta.get(LOG_LEVEL_KEY)
+        if level is not None and level not in LEVELS:
+            return ErrorValue(INVALID_PARAMS, f"Invalid params: unknown log level {level!r}")
+        return ModernScope(
+            version, capabilities, info if isinstance(info, dict) else None, level, self._server_info
+        )
+
+    def _interpret(
+        self, request: Request, tool_support: ToolSupport
+    ) -> tuple[Command, ModernScope] | ErrorValue:
+        method, params = request.method, request.params
+        scope = self._envelope(params)
+        if isinstance(scope, ErrorValue):
+            return scope
+        if method == "server/discover":
+            return Discover(), scope
+        if method == "tools/list":
+            return ListTools(structure(params, PaginatedParams).cursor), scope
+        if method == "tools/call":
+            call = self._call_tool(params, tool_support, scope)
+            return call if isinstance(call, ErrorValue) else (call, scope)
+        if method in ("tasks/get", "tasks/update", "tasks/cancel"):
+            if not scope.has_tasks_extension:
+                return requires_tasks_extension()
+            task_id = structure(params, TaskIdParams).task_id
+            if method == "tasks/get":
+                return GetTask(task_id), scope
+            if method == "tasks/cancel":
+                return CancelTask(task_id), scope
+            responses = (params or {}).get("inputResponses")
+            if not isinstance(responses, dict):
+                return ErrorValue(INVALID_PARAMS, "Invalid params at 'inputResponses': expected an object")
+            return UpdateTask(task_id, responses), scope
+        return ErrorValue(METHOD_NOT_FOUND, f"Method not found: {method}")
+
+    def _call_tool(
+        self, params: dict[str, Any] | None, tool_support: ToolSupport, scope: ModernScope
+    ) -> CallTool | ErrorValue:
+        call = structure(params, CallToolParams)  # a ``task`` param is ignored in this era
+        token = progress_token_of(call.meta)
+        support = tool_support(call.name)
+        if support is None:
+            return ErrorValue(INVALID_PARAMS, f"Unknown tool: '{call.name}'")
+        responses = (params or {}).get("inputResponses")
+        state = (params or {}).get("requestState")
+        if responses is not None and not isinstance(responses, dict):
+            return ErrorValue(INVALID_PARAMS, "Invalid params at 'inputResponses': expected an object")
+        if state is not None and not isinstance(state, str):
+            return ErrorValue(INVALID_PARAMS, "Invalid params at 'requestState': expected a string")
+        if support == "required":
+            if not scope.has_tasks_extension:
+                return requires_tasks_extension()
+            return CallTool(call.name, call.arguments, token, as_task=True)
+        auto = support == "optional" and scope.has_tasks_extension
+        return CallTool(
+            call.name, call.arguments, token, auto_task=auto, input_responses=responses, request_state=state
+        )
+
+    @staticmethod
+    def interpret_notification(notification: Notification) -> CancelRequest | None:
+        """``notifications/cancelled`` for an in-flight request; None for anything else."""
+        if notification.method != "notifications/cancelled":
+            return None
+        try:
+            params = structure(notification.params, CancelledParams)
+        except McpError:
+            return None
+        return CancelRequest(params.request_id) if params.request_id is not None else None
+
+    def discover(self, scope: ModernScope, capabilities: dict[str, Any]) -> dict[str, Any]:
+        """The ``server/discover`` result."""
+        result: dict[str, Any] = {
+            "supportedVersions": list(MODERN_VERSIONS),
+            "capabilities": {**capabilities, "extensions": {TASKS_EXTENSION: {}}},
+        }
+        if self.instructions is not None:
+            result["instructions"] = self.instructions
+        return scope.cacheable(result)
