@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+import pytest
 import trio
 
 if TYPE_CHECKING:
@@ -21,6 +22,39 @@ if TYPE_CHECKING:
 
 # trio_mcp, anyio and mcp are imported inside the helpers that use them: every test module loads
 # this file, and a module that uses none of these helpers should not fail with them.
+
+# ----------------------------------------------------------------------------- the task store
+
+TASK_STORES = ("memory", "json")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--task-store",
+        choices=TASK_STORES,
+        default="memory",
+        help="the store every task supervisor keeps its records in when none is given: memory (the"
+        " default store) or json (tests/json_store.py: records kept only as JSON text)",
+    )
+
+
+@pytest.fixture(autouse=True)
+def task_store_choice(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """With ``--task-store=json``, every default store is a fresh :class:`JsonTextTaskStore`.
+
+    Servers capture the factory ``default_store`` when they are built (often at import time), so
+    the patch is on what that factory makes: the ``MemoryTaskStore`` name it looks up on each call.
+    The supervisor's own default (client-side supervisors, tests building one) is patched the same
+    way. Explicit stores (``Server(store=...)``, ``open(store=...)``) are left alone.
+    """
+    choice: str = request.config.getoption("--task-store")
+    if choice == "json":
+        from json_store import JsonTextTaskStore
+
+        monkeypatch.setattr("trio_mcp.server._server.MemoryTaskStore", JsonTextTaskStore)
+        monkeypatch.setattr("trio_mcp.actors.supervisor.MemoryTaskStore", JsonTextTaskStore)
+    return choice
+
 
 # ----------------------------------------------------------------------------- in-process servers
 

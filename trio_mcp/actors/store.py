@@ -23,12 +23,13 @@ Rules every store keeps (``tests/test_store_contract.py`` holds each store to th
 from __future__ import annotations
 
 import bisect
+import hashlib
 import heapq
 from typing import Protocol
 
 import attrs
 
-from ..protocol.cursors import decode_cursor, encode_cursor
+from ..protocol.cursors import encode_cursor, split_cursor
 from ..protocol.records import TaskRecord
 
 __all__ = ["InvalidCursor", "MemoryTaskStore", "TaskStore"]
@@ -51,14 +52,30 @@ class TaskStore(Protocol):
     async def due(self, now: float, limit: int) -> list[TaskRecord]: ...
 
 
+def _owner_tag(owner: str) -> str:
+    return hashlib.sha256(owner.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 @attrs.define(eq=False)
 class _OwnerIndex:
     """An owner's task ids in creation order, numbered by the owner's own counter (so a cursor
-    says nothing about anyone else's activity); positions ascend, with holes."""
+    says nothing about anyone else's activity); positions ascend, with holes.
 
+    An index lives while its owner has records. Its cursors name the owner (a digest) and the
+    index's epoch (a digest of its first task id, unguessable like the id): a cursor from an
+    index that emptied and was dropped is recognised as older than every record now there, so
+    paging goes on from the start of the new index — nothing is kept for owners who have no
+    records left."""
+
+    tag: str
+    epoch: str
     positions: list[int] = attrs.Factory(list)
     ids: dict[int, str] = attrs.Factory(dict)
     counter: int = 0
+
+    @property
+    def kind(self) -> str:
+        return f"task.{self.tag}.{self.epoch}"
 
     def compact(self) -> None:
         if len(self.positions) > 2 * len(self.ids) + 32:
@@ -91,7 +108,8 @@ class MemoryTaskStore:
             raise ValueError(f"task {record.task_id!r} exists")
         index = self._by_owner.get(record.owner)
         if index is None:
-            index = self._by_owner[record.owner] = _OwnerIndex()
+            epoch = hashlib.sha256(record.task_id.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+            index = self._by_owner[record.owner] = _OwnerIndex(_owner_tag(record.owner), epoch)
         index.counter += 1
         index.positions.append(index.counter)  # positions only grow: the list stays sorted
         index.ids[index.counter] = record.task_id
@@ -126,13 +144,22 @@ class MemoryTaskStore:
         return row.record
 
     async def page(self, owner: str, cursor: str | None, limit: int) -> tuple[list[TaskRecord], str | None]:
-        try:
-            after = decode_cursor("task", cursor) if cursor is not None else 0
-        except ValueError:
-            raise InvalidCursor(cursor) from None
         index = self._by_owner.get(owner)
-        if after > (index.counter if index is not None else 0):
-            raise InvalidCursor(cursor)  # not one we made for this owner
+        after = 0
+        if cursor is not None:
+            try:
+                kind, after = split_cursor(cursor)
+            except ValueError:
+                raise InvalidCursor(cursor) from None
+            prefix = f"task.{_owner_tag(owner)}."
+            if not kind.startswith(prefix) or after < 1:
+                raise InvalidCursor(cursor)  # not one we made for this owner
+            if index is None:
+                return [], None  # every record it came after is gone, and none came since
+            if kind != index.kind:
+                after = 0  # from an index since emptied: every record now is newer
+            elif after > index.counter:
+                raise InvalidCursor(cursor)
         if index is None:
             return [], None
         out: list[TaskRecord] = []
@@ -148,7 +175,7 @@ class MemoryTaskStore:
         while at < len(positions) and positions[at] not in index.ids:
             at += 1  # skip holes left by deleted records (compaction bounds them)
         more = at < len(positions)
-        return out, (encode_cursor("task", last) if out and more else None)
+        return out, (encode_cursor(index.kind, last) if out and more else None)
 
     async def due(self, now: float, limit: int) -> list[TaskRecord]:
         out: list[TaskRecord] = []

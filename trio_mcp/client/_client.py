@@ -31,13 +31,22 @@ from ..actors.supervisor import TaskSupervisor
 from ..actors.task_actor import TaskActor
 from ..protocol import jsonrpc
 from ..protocol.converter import structure, unstructure
-from ..protocol.errors import INVALID_REQUEST, METHOD_NOT_FOUND, ErrorValue, McpError
+from ..protocol.errors import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    TASK_CANCELLED,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    ErrorValue,
+    McpError,
+)
 from ..protocol.handshake import HandshakeDialect
 from ..protocol.messages import (
     CallToolResult,
     CreateMessageParams,
     CreateMessageResult,
     CreateTaskResult,
+    DetailedTask,
     ElicitRequestParams,
     ElicitResult,
     Implementation,
@@ -51,13 +60,17 @@ from ..protocol.messages import (
     TaskMetadata,
     Tool,
 )
+from ..protocol.modern import CLIENT_CAPABILITIES_KEY, CLIENT_INFO_KEY, PROTOCOL_VERSION_KEY, TASKS_EXTENSION
 from ..protocol.records import TaskOutcome
-from ..protocol.versions import LATEST_VERSION
+from ..protocol.tasks import TaskStatus
+from ..protocol.versions import LATEST_VERSION, MODERN_VERSIONS
 from ..transports.base import Transport
 from ..transports.memory import memory_transport_pair
 from ..transports.stdio import open_subprocess_transport
 
 __all__ = [
+    "MAX_INPUT_ROUNDS",
+    "PROBE_TIMEOUT",
     "Client",
     "ConnectionClosed",
     "ElicitationHandler",
@@ -81,6 +94,11 @@ class Servable(Protocol):
     def open(self) -> AbstractAsyncContextManager[_Runtime]: ...
 
 
+PROBE_TIMEOUT = 5.0
+"""Seconds ``protocol="auto"`` waits for an answer to its ``server/discover`` probe."""
+MAX_INPUT_ROUNDS = 16
+"""Most ``InputRequiredResult`` rounds one modern-era call may take."""
+
 ProgressCallback = Callable[[ProgressParams], None]
 StatusCallback = Callable[[Task], None]
 ElicitationHandler = Callable[[ElicitRequestParams], Awaitable[ElicitResult]]
@@ -99,9 +117,19 @@ class Client(Endpoint):
         *,
         on_elicit: ElicitationHandler | None = None,
         on_sample: SamplingHandler | None = None,
+        client_info: Implementation = CLIENT_INFO,
+        tasks_extension: bool = True,
     ) -> None:
         super().__init__(transport)
+        self.tasks_extension = tasks_extension
+        """Modern era: declare the tasks extension, so the server may answer with tasks."""
         self.on_elicit = on_elicit
+        self.client_info = client_info
+        self.era: str | None = None
+        """``"handshake"`` or ``"modern"`` once connected (see :meth:`open`)."""
+        self.protocol_version: str | None = None
+        self.discovery: dict[str, Any] | None = None
+        """The ``server/discover`` result, in the modern era."""
         self._dialect = HandshakeDialect()  # how the tasks we run for the server are written
         self.on_sample = on_sample
         self.tasks = TaskRequestor(self)
@@ -229,8 +257,71 @@ class Client(Endpoint):
             },
         )
         self.server = structure(result, InitializeResult)
+        self.era, self.protocol_version = "handshake", self.server.protocol_version
         await self.send(jsonrpc.encode_notification("notifications/initialized"))
         return self.server
+
+    async def open(self, protocol: str = LATEST_VERSION, *, probe_timeout: float = PROBE_TIMEOUT) -> None:
+        """Start talking to the server in ``protocol``: a handshake-era version (``initialize``),
+        ``"2026-07-28"`` (``server/discover``), or ``"auto"``: probe with ``server/discover`` and
+        settle on the modern era if the server speaks it, else fall back to ``initialize`` — on
+        any answer that is not a modern one, or no answer within ``probe_timeout`` seconds."""
+        if protocol in MODERN_VERSIONS:
+            await self.discover(protocol)
+            return
+        if protocol != "auto":
+            await self.initialize(protocol_version=protocol)
+            return
+        version = MODERN_VERSIONS[0]
+        with trio.move_on_after(probe_timeout):
+            try:
+                await self.discover(version)
+                return
+            except McpError as exc:
+                supported = exc.data.get("supported") if isinstance(exc.data, dict) else None
+                if exc.code == UNSUPPORTED_PROTOCOL_VERSION and isinstance(supported, list):
+                    common = [v for v in MODERN_VERSIONS if v in supported]
+                    if common:
+                        await self.discover(common[0])
+                        return
+        await self.initialize()
+
+    async def discover(self, version: str = MODERN_VERSIONS[0]) -> dict[str, Any]:
+        """``server/discover``: settle on the modern era at ``version``."""
+        result = await self.request("server/discover", self._envelope(None, version))
+        if "supportedVersions" not in result:
+            raise McpError(INVALID_REQUEST, "not a server/discover result")
+        self.discovery = result
+        self.era, self.protocol_version = "modern", version
+        return result
+
+    @property
+    def modern(self) -> bool:
+        return self.era == "modern"
+
+    def modern_capabilities(self) -> dict[str, Any]:
+        """What this client declares on each modern-era request: input it can give, and tasks."""
+        capabilities: dict[str, Any] = {"extensions": {TASKS_EXTENSION: {}}} if self.tasks_extension else {}
+        if self.on_elicit is not None:
+            capabilities["elicitation"] = {"form": {}}
+        if self.on_sample is not None:
+            capabilities["sampling"] = {}
+        return capabilities
+
+    def _envelope(self, params: dict[str, Any] | None, version: str | None = None) -> dict[str, Any]:
+        out = dict(params or {})
+        meta = dict(out.get("_meta") or {})
+        meta[PROTOCOL_VERSION_KEY] = version or self.protocol_version
+        meta[CLIENT_CAPABILITIES_KEY] = self.modern_capabilities()
+        meta[CLIENT_INFO_KEY] = unstructure(self.client_info)
+        out["_meta"] = meta
+        return out
+
+    async def _call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A request in this connection's era (the modern envelope added where it belongs)."""
+        if self.modern:
+            return await self.request(method, self._envelope(params))
+        return await self.request(method, params)
 
     async def ping(self) -> None:
         await self.request("ping")
@@ -242,7 +333,7 @@ class Client(Endpoint):
         cursor: str | None = None
         while True:
             page = structure(
-                await self.request("tools/list", {"cursor": cursor} if cursor else {}), ListToolsResult
+                await self._call("tools/list", {"cursor": cursor} if cursor else {}), ListToolsResult
             )
             tools.extend(page.tools)
             if page.next_cursor is None:
@@ -265,6 +356,11 @@ class Client(Endpoint):
     ) -> CallToolResult:
         """An ordinary call: waits for the result. Protocol errors raise McpError; a tool's own
         failure comes back as a result with ``is_error``."""
+        if self.modern:
+            started = await self.start_tool(name, arguments, on_progress=on_progress)
+            if isinstance(started, CallToolResult):
+                return started
+            return await self.task_result(started.task_id)
         meta, token = self._meta_for(on_progress)
         params: dict[str, Any] = {"name": name, "arguments": arguments or {}}
         if meta:
@@ -274,6 +370,57 @@ class Client(Endpoint):
         finally:
             if token is not None:
                 self._progress.pop(token, None)
+
+    async def start_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        on_progress: ProgressCallback | None = None,
+    ) -> CallToolResult | DetailedTask:
+        """Modern era: call a tool and return what the server decided — its result, or the task
+        it runs the call as (follow it with :meth:`task_result`, :meth:`get_detailed_task`,
+        :meth:`update_task`, :meth:`cancel_task`). Requests for input (``InputRequiredResult``)
+        are answered with ``on_elicit`` / ``on_sample`` and the call retried, as MRTR says."""
+        meta, token = self._meta_for(on_progress)
+        base: dict[str, Any] = {"name": name, "arguments": arguments or {}}
+        if meta:
+            base["_meta"] = meta
+        params = base
+        try:
+            for _ in range(MAX_INPUT_ROUNDS):
+                result = await self._call("tools/call", params)
+                kind = result.get("resultType", "complete")
+                if kind == "task":
+                    return structure(result, DetailedTask)
+                if kind == "complete":
+                    return structure(result, CallToolResult)
+                if kind != "input_required":
+                    raise McpError(INVALID_REQUEST, f"unknown resultType {kind!r} from the server")
+                params = {
+                    **base,
+                    "inputResponses": await self._answer_inputs(result.get("inputRequests") or {}),
+                }
+                if isinstance(result.get("requestState"), str):
+                    params["requestState"] = result["requestState"]
+            raise McpError(INVALID_REQUEST, f"the server asked for input more than {MAX_INPUT_ROUNDS} times")
+        finally:
+            if token is not None:
+                self._progress.pop(token, None)
+
+    async def _answer_inputs(self, requests: dict[str, Any]) -> dict[str, Any]:
+        """Answer a modern-era ``inputRequests`` map with this client's handlers."""
+        answers: dict[str, Any] = {}
+        for key, request in requests.items():
+            method = request.get("method") if isinstance(request, dict) else None
+            params = request.get("params") if isinstance(request, dict) else None
+            if method == "elicitation/create" and self.on_elicit is not None:
+                answers[key] = unstructure(await self.on_elicit(structure(params, ElicitRequestParams)))
+            elif method == "sampling/createMessage" and self.on_sample is not None:
+                answers[key] = unstructure(await self.on_sample(structure(params, CreateMessageParams)))
+            else:
+                raise McpError(METHOD_NOT_FOUND, f"cannot answer the server's {method!r} request")
+        return answers
 
     async def call_tool_as_task(
         self,
@@ -288,6 +435,10 @@ class Client(Endpoint):
         Raises McpError (-32600) without sending anything if the server did not declare
         ``tasks.requests.tools.call``: the spec forbids task-augmenting its tools then.
         """
+        if self.modern:
+            raise McpError(
+                INVALID_REQUEST, "In 2026-07-28 the server decides what runs as a task: use start_tool"
+            )
         if self.server is not None and not _declares(
             self.server.capabilities, "tasks", "requests", "tools", "call"
         ):
@@ -304,12 +455,47 @@ class Client(Endpoint):
 
     # -- tasks ----------------------------------------------------------------------------
     async def get_task(self, task_id: str) -> Task:
+        if self.modern:
+            return (await self.get_detailed_task(task_id)).as_task()
         return await self.tasks.get(task_id)
 
-    async def task_result(self, task_id: str) -> CallToolResult:
+    async def get_detailed_task(self, task_id: str) -> DetailedTask:
+        """Modern era: ``tasks/get``, with the result, error or input requests inline."""
+        return structure(await self._call("tasks/get", {"taskId": task_id}), DetailedTask)
+
+    async def update_task(self, task_id: str, responses: dict[str, Any]) -> None:
+        """Modern era: ``tasks/update``, answers to the task's input requests by key."""
+        await self._call("tasks/update", {"taskId": task_id, "inputResponses": responses})
+
+    async def task_result(self, task_id: str, *, default_interval_ms: int = 1000) -> CallToolResult:
         """Wait for the task to end and return what the call would have returned
-        (or raise the McpError it would have raised)."""
-        return structure(await self.tasks.result(task_id), CallToolResult)
+        (or raise the McpError it would have raised). In the modern era this polls
+        ``tasks/get`` and answers the task's input requests with ``on_elicit`` / ``on_sample``."""
+        if not self.modern:
+            return structure(await self.tasks.result(task_id), CallToolResult)
+        answered: set[str] = set()
+        while True:
+            task = await self.get_detailed_task(task_id)
+            for on_status in self.status_callbacks:
+                on_status(task.as_task())
+            if task.status == TaskStatus.COMPLETED and task.result is not None:
+                return structure(task.result, CallToolResult)
+            if task.status == TaskStatus.FAILED:
+                error = task.error or {}
+                raise McpError(
+                    int(error.get("code", INTERNAL_ERROR)),
+                    str(error.get("message", "failed")),
+                    error.get("data"),
+                )
+            if task.status == TaskStatus.CANCELLED:
+                raise McpError(TASK_CANCELLED, "Task was cancelled: the request has no result")
+            pending = {k: v for k, v in (task.input_requests or {}).items() if k not in answered}
+            if pending:
+                await self.update_task(task_id, await self._answer_inputs(pending))
+                answered.update(pending)
+                continue
+            interval = task.poll_interval_ms if task.poll_interval_ms is not None else default_interval_ms
+            await trio.sleep(interval / 1000)
 
     async def list_tasks(self, cursor: str | None = None) -> ListTasksResult:
         return await self.tasks.list(cursor)
@@ -319,6 +505,11 @@ class Client(Endpoint):
         return self.tasks.all()
 
     async def cancel_task(self, task_id: str) -> Task:
+        """Cancel the task; the task as it is afterwards. (Modern era: ``tasks/cancel`` is an
+        acknowledgement, and the task is read back with ``tasks/get``.)"""
+        if self.modern:
+            await self._call("tasks/cancel", {"taskId": task_id})
+            return await self.get_task(task_id)
         return await self.tasks.cancel(task_id)
 
     async def poll_task(
@@ -326,7 +517,18 @@ class Client(Endpoint):
     ) -> Task:
         """Poll ``tasks/get`` until the task is terminal (or ``input_required``), sleeping the
         server's ``pollInterval`` between polls. Returns the last Task seen."""
-        return await self.tasks.poll(task_id, on_status=on_status, default_interval_ms=default_interval_ms)
+        if not self.modern:
+            return await self.tasks.poll(
+                task_id, on_status=on_status, default_interval_ms=default_interval_ms
+            )
+        while True:
+            task = await self.get_task(task_id)
+            if on_status is not None:
+                on_status(task)
+            if task.status.is_terminal or task.status == TaskStatus.INPUT_REQUIRED:
+                return task
+            interval = task.poll_interval if task.poll_interval is not None else default_interval_ms
+            await trio.sleep(interval / 1000)
 
 
 def _declares(capabilities: dict[str, Any], *path: str) -> bool:
@@ -345,13 +547,16 @@ async def connect(
     initialize: bool = True,
     on_elicit: ElicitationHandler | None = None,
     on_sample: SamplingHandler | None = None,
+    protocol: str = LATEST_VERSION,
+    tasks_extension: bool = True,
 ) -> AsyncIterator[Client]:
-    """Run a client on ``transport`` (and, by default, perform the handshake).
+    """Run a client on ``transport`` (and, by default, open the conversation: see
+    :meth:`Client.open` for ``protocol``, default the 2025-11-25 handshake).
 
     ``on_elicit`` / ``on_sample`` answer the server's elicitation and sampling requests;
     the client declares those capabilities only when given a handler.
     """
-    client = Client(transport, on_elicit=on_elicit, on_sample=on_sample)
+    client = Client(transport, on_elicit=on_elicit, on_sample=on_sample, tasks_extension=tasks_extension)
     with unwrap_single():
         async with trio.open_nursery() as nursery:
             if on_elicit is not None or on_sample is not None:
@@ -366,7 +571,7 @@ async def connect(
             nursery.start_soon(reader)
             try:
                 if initialize:
-                    await client.initialize()
+                    await client.open(protocol)
                 yield client
             finally:
                 nursery.cancel_scope.cancel()
@@ -377,7 +582,11 @@ async def connect(
 @asynccontextmanager
 async def connect_stdio(command: Sequence[str], **kwargs: Any) -> AsyncIterator[Client]:
     """Spawn ``command`` as an MCP server over stdio and connect to it."""
-    handlers = {key: kwargs.pop(key) for key in ("on_elicit", "on_sample") if key in kwargs}
+    handlers = {
+        key: kwargs.pop(key)
+        for key in ("on_elicit", "on_sample", "protocol", "tasks_extension")
+        if key in kwargs
+    }
     async with (
         open_subprocess_transport(command, **kwargs) as transport,
         connect(transport, **handlers) as client,

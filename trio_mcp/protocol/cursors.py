@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 
-__all__ = ["decode_cursor", "encode_cursor"]
+__all__ = ["decode_cursor", "encode_cursor", "split_cursor"]
 
 
 def encode_cursor(kind: str, position: int) -> str:
@@ -21,16 +21,32 @@ def encode_cursor(kind: str, position: int) -> str:
     return base64.urlsafe_b64encode(f"{kind}:{position}".encode()).decode().rstrip("=")
 
 
-def decode_cursor(kind: str, cursor: str) -> int:
-    """The position in a cursor made by :func:`encode_cursor` for ``kind``; ValueError otherwise.
+def split_cursor(cursor: str) -> tuple[str, int]:
+    """The kind and position of a cursor made by :func:`encode_cursor`; ValueError otherwise.
 
-    Only ASCII digits are a position (``int()`` would also take other scripts' digits).
+    Only ASCII digits are a position (``int()`` would also take other scripts' digits), and
+    the text must be exactly what :func:`encode_cursor` writes (base64 decoding alone would
+    skip characters outside its alphabet).
+
+    >>> split_cursor(encode_cursor("tools", 7))
+    ('tools', 7)
     """
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
     except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise ValueError(f"not a {kind} cursor") from None
-    prefix, _, number = raw.partition(":")
-    if prefix != kind or not (number.isascii() and number.isdigit()):
+        raise ValueError("not a cursor") from None
+    kind, colon, number = raw.rpartition(":")
+    if not colon or not (number.isascii() and number.isdigit()):
+        raise ValueError("not a cursor")
+    position = int(number)
+    if encode_cursor(kind, position) != cursor:
+        raise ValueError("not a cursor")
+    return kind, position
+
+
+def decode_cursor(kind: str, cursor: str) -> int:
+    """The position in a cursor made by :func:`encode_cursor` for ``kind``; ValueError otherwise."""
+    found, position = split_cursor(cursor)
+    if found != kind:
         raise ValueError(f"not a {kind} cursor")
-    return int(number)
+    return position

@@ -25,6 +25,7 @@ __all__ = [
     "CreateMessageParams",
     "CreateMessageResult",
     "CreateTaskResult",
+    "DetailedTask",
     "ElicitAction",
     "ElicitRequestParams",
     "ElicitResult",
@@ -220,6 +221,36 @@ class Task:
     ttl: int | None
     status_message: str | None = None
     poll_interval: int | None = None
+
+
+@attrs.frozen
+class DetailedTask:
+    """A task as the 2026-07-28 tasks extension shows it (``tasks/get``, ``CreateTaskResult``):
+    its state, plus the pending ``input_requests``, the ``result`` or the ``error`` inline."""
+
+    task_id: str
+    status: TaskStatus
+    created_at: str
+    last_updated_at: str
+    ttl_ms: int | None = None
+    status_message: str | None = None
+    poll_interval_ms: int | None = None
+    input_requests: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    result_type: str | None = None
+
+    def as_task(self) -> Task:
+        """The fields both eras share, as a :class:`Task`."""
+        return Task(
+            task_id=self.task_id,
+            status=self.status,
+            created_at=self.created_at,
+            last_updated_at=self.last_updated_at,
+            ttl=self.ttl_ms,
+            status_message=self.status_message,
+            poll_interval=self.poll_interval_ms,
+        )
 
 
 @attrs.frozen
