@@ -415,6 +415,32 @@ def test_a_failing_task_exits_1(ws_url: str) -> None:
     assert "failed - broken" in result.stderr and "Error from tool fail: broken" in result.stderr
 
 
+@pytest.mark.parametrize("protocol", ["2026-07-28", "auto"])
+def test_the_modern_era_from_the_command_line(ws_url: str, protocol: str) -> None:
+    plain = ws(ws_url, "call", "echo", "text=hi", "--protocol", protocol)
+    assert (plain.exit_code, plain.stdout) == (0, "hi\n"), plain.output
+    # A task the server decided on (the demo's window is 1 s): followed to its result.
+    slow = ws(ws_url, "call", "sleep", "seconds=2", "--task", "--protocol", protocol, "-o", "json")
+    assert slow.exit_code == 0, slow.output
+    report = json.loads(slow.stdout)
+    assert report["task"]["status"] == "completed"
+    assert report["result"]["content"][0]["text"] == "slept 2.0s"
+    # A fast call asked to run as a task comes back as the plain result the server chose.
+    fast = ws(ws_url, "call", "echo", "text=quick", "--task", "--protocol", protocol, "-o", "json")
+    assert fast.exit_code == 0, fast.output
+    report = json.loads(fast.stdout)
+    assert report["task"] is None and report["error"] is None
+    assert report["result"]["content"] == [{"type": "text", "text": "quick"}]
+    assert report["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "trio-mcp-demo"
+
+
+def test_input_is_asked_at_the_terminal_in_the_modern_era(ws_url: str) -> None:
+    result = ws(ws_url, "call", "ask", "question=Your name?", "--protocol", "2026-07-28", input="Ada\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "The user answered: Ada\n"
+    assert "Your name?" in result.stderr
+
+
 # ---------------------------------------------------------------------------------- tasks
 
 

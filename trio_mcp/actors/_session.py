@@ -542,6 +542,19 @@ class SessionActor(Endpoint):
         )
         record: TaskRecord = await started.reply.wait()
         self.receiver.start_work(record)
+        answered = False
+        try:
+            answer = await self._settle_maybe_task(record, scope, needs_input, entry.immediate_response)
+            answered = True
+            return answer
+        finally:
+            if not answered:
+                # Withdrawn (or failed) before the task was shown: nobody holds its id.
+                self.supervisor.mailbox.put(Remove(self.owner, record.task_id), system=True)
+
+    async def _settle_maybe_task(
+        self, record: TaskRecord, scope: ModernScope, needs_input: trio.Event, immediate: str | None
+    ) -> dict[str, Any]:
         outcome: TaskOutcome | None = None
 
         async def wait_for_outcome(cancel_scope: trio.CancelScope) -> None:
@@ -569,4 +582,4 @@ class SessionActor(Endpoint):
             return rendered
         poll: Reply[TaskRecord] = Reply()
         self.supervisor.tell(Route(self.owner, record.task_id, Poll(poll)))
-        return scope.render_created(await poll.wait(), entry.immediate_response)
+        return scope.render_created(await poll.wait(), immediate)

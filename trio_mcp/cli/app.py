@@ -136,6 +136,15 @@ def client_options(fn: F) -> F:
         help="How long to wait for TARGET to connect and complete the MCP handshake.",
     )(fn)
     fn = click.option(
+        "--protocol",
+        type=click.Choice(["auto", "2025-11-25", "2026-07-28"]),
+        default="2025-11-25",
+        show_default=True,
+        envvar="TRIO_MCP_PROTOCOL",
+        help="The MCP revision to speak: auto probes with server/discover and falls back to the "
+        "2025-11-25 handshake [env: TRIO_MCP_PROTOCOL].",
+    )(fn)
+    fn = click.option(
         "--token",
         envvar="TRIO_MCP_TOKEN",
         metavar="TOKEN",
@@ -351,7 +360,7 @@ async def _serve_ws(
 @cli.command(epilog=EXIT_CODES_HELP)
 @click.argument("target")
 @client_options
-def tools(target: str, token: str | None, timeout: int, output: str) -> None:
+def tools(target: str, token: str | None, timeout: int, output: str, protocol: str) -> None:
     """List the tools of TARGET and whether each can run as a task.
 
     Task support is `optional` (call it either way), `required` (only with `call --task`) or
@@ -364,7 +373,9 @@ def tools(target: str, token: str | None, timeout: int, output: str) -> None:
     """
 
     async def body(interrupts: Interrupts) -> int:
-        async with open_target(target, token=token, connect_timeout=timeout / 1000) as client:
+        async with open_target(
+            target, token=token, connect_timeout=timeout / 1000, protocol=protocol
+        ) as client:
             found = await client.list_tools()
             info = client.server
         if output == "json":
@@ -418,6 +429,7 @@ def call(
     token: str | None,
     timeout: int,
     output: str,
+    protocol: str,
 ) -> None:
     """Call TOOL on TARGET with arguments KEY=VALUE...; print its result.
 
@@ -459,7 +471,7 @@ def call(
             else TerminalElicitor(stderr_console(), displays=displays, interrupts=interrupts, ready=False)
         )
         async with open_target(
-            target, token=token, connect_timeout=timeout / 1000, on_elicit=elicitor
+            target, token=token, connect_timeout=timeout / 1000, on_elicit=elicitor, protocol=protocol
         ) as client:
             tool = _find_tool(await client.list_tools(), tool_name)
             arguments = parse_tool_arguments(tool, pairs, json_args)
@@ -468,7 +480,7 @@ def call(
                 raise usage_error(
                     f"tool {tool.name!r} cannot run as a task (taskSupport: forbidden)", hint="drop --task"
                 )
-            if not as_task and support == "required":
+            if not as_task and support == "required" and not client.modern:
                 raise usage_error(
                     f"tool {tool.name!r} only runs as a task (taskSupport: required)", hint="add --task"
                 )
@@ -562,6 +574,12 @@ async def _task_call(
         displays=displays,
     )
     created = await follower.create(name, arguments, ttl_ms=ttl)
+    if isinstance(created, CallToolResult):  # modern era: the server answered at once
+        if output == "json":
+            dump_json({"task": None, "result": wire(created), "error": None})
+        else:
+            print_result(created, err=err, tool=name)
+        return ExitCode.TOOL_ERROR if created.is_error else ExitCode.OK
     if detach and not follower.cancel_requested:
         follower.detach()
         if output == "json":
@@ -687,7 +705,7 @@ class TaskIdCommand(click.Command):
 @tasks.command("list", epilog=EXIT_CODES_HELP)
 @click.argument("target")
 @client_options
-def tasks_list(target: str, token: str | None, timeout: int, output: str) -> None:
+def tasks_list(target: str, token: str | None, timeout: int, output: str, protocol: str) -> None:
     """List the tasks TARGET has for us (all pages).
 
     \b
@@ -698,7 +716,9 @@ def tasks_list(target: str, token: str | None, timeout: int, output: str) -> Non
 
     async def body(interrupts: Interrupts) -> int:
         _stdio_note(target)
-        async with open_target(target, token=token, connect_timeout=timeout / 1000) as client:
+        async with open_target(
+            target, token=token, connect_timeout=timeout / 1000, protocol=protocol
+        ) as client:
             found = [task async for task in client.all_tasks()]
         if output == "json":
             dump_json([wire(task) for task in found])
@@ -715,7 +735,7 @@ def tasks_list(target: str, token: str | None, timeout: int, output: str) -> Non
 @click.argument("target")
 @click.argument("task_id")
 @client_options
-def tasks_get(target: str, task_id: str, token: str | None, timeout: int, output: str) -> None:
+def tasks_get(target: str, task_id: str, token: str | None, timeout: int, output: str, protocol: str) -> None:
     """Show the status of task TASK_ID (tasks/get).
 
     \b
@@ -725,7 +745,9 @@ def tasks_get(target: str, task_id: str, token: str | None, timeout: int, output
 
     async def body(interrupts: Interrupts) -> int:
         _stdio_note(target)
-        async with open_target(target, token=token, connect_timeout=timeout / 1000) as client:
+        async with open_target(
+            target, token=token, connect_timeout=timeout / 1000, protocol=protocol
+        ) as client:
             task: Task = await _task_request(target, lambda: client.get_task(task_id))
         if output == "json":
             dump_json(wire(task))
@@ -740,7 +762,9 @@ def tasks_get(target: str, task_id: str, token: str | None, timeout: int, output
 @click.argument("target")
 @click.argument("task_id")
 @client_options
-def tasks_result(target: str, task_id: str, token: str | None, timeout: int, output: str) -> None:
+def tasks_result(
+    target: str, task_id: str, token: str | None, timeout: int, output: str, protocol: str
+) -> None:
     """Wait for task TASK_ID to end and print its result (tasks/result).
 
     Exits 0 if it completed, 1 if it failed or was cancelled. Ctrl-C stops waiting (exit
@@ -754,7 +778,9 @@ def tasks_result(target: str, task_id: str, token: str | None, timeout: int, out
     async def body(interrupts: Interrupts) -> int:
         _stdio_note(target)
         err = stderr_console()
-        async with open_target(target, token=token, connect_timeout=timeout / 1000) as client:
+        async with open_target(
+            target, token=token, connect_timeout=timeout / 1000, protocol=protocol
+        ) as client:
             task: Task = await _task_request(target, lambda: client.get_task(task_id))
             if not task.status.is_terminal and output == "text" and err.is_terminal:
                 with err.status(f"waiting for task {escape(task_id)} to end…"):
@@ -773,7 +799,9 @@ def tasks_result(target: str, task_id: str, token: str | None, timeout: int, out
 @click.argument("target")
 @click.argument("task_id")
 @client_options
-def tasks_cancel(target: str, task_id: str, token: str | None, timeout: int, output: str) -> None:
+def tasks_cancel(
+    target: str, task_id: str, token: str | None, timeout: int, output: str, protocol: str
+) -> None:
     """Cancel task TASK_ID (tasks/cancel) and show its final status.
 
     A task that already ended cannot be cancelled: the server answers an error (exit 4).
@@ -785,7 +813,9 @@ def tasks_cancel(target: str, task_id: str, token: str | None, timeout: int, out
 
     async def body(interrupts: Interrupts) -> int:
         _stdio_note(target)
-        async with open_target(target, token=token, connect_timeout=timeout / 1000) as client:
+        async with open_target(
+            target, token=token, connect_timeout=timeout / 1000, protocol=protocol
+        ) as client:
             task: Task = await _task_request(target, lambda: client.cancel_task(task_id))
         if output == "json":
             dump_json(wire(task))

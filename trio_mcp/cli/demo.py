@@ -16,7 +16,7 @@ from rich.text import Text
 
 from ..client import Client
 from ..protocol.errors import McpError
-from ..protocol.messages import ElicitRequestParams, ElicitResult
+from ..protocol.messages import ElicitRequestParams, ElicitResult, Task
 from .errors import ExitCode
 from .follow import TaskFollower
 from .parsing import format_duration_ms
@@ -72,6 +72,7 @@ async def _follow(
     label = f"{tool} " + " ".join(f"{k}={v}" for k, v in arguments.items())
     follower = TaskFollower(client, label=label, err=out, interrupts=interrupts)
     created = await follower.create(tool, arguments)
+    assert isinstance(created, Task), "the demo's handshake-era calls always create tasks"
     out.print(
         Text.assemble(
             "  created ",

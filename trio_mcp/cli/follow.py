@@ -34,7 +34,7 @@ from rich.text import Text
 
 from ..client import Client
 from ..protocol.errors import McpError
-from ..protocol.messages import ProgressParams, Task
+from ..protocol.messages import CallToolResult, CreateTaskResult, ProgressParams, Task
 from ..protocol.tasks import TaskStatus
 from .render import STATUS_STYLES, LiveDisplays, status_text
 from .runner import Interrupts
@@ -129,14 +129,26 @@ class TaskFollower:
             self._scope.cancel()
 
     # -- the work ---------------------------------------------------------------------------
-    async def create(self, name: str, arguments: dict[str, Any], *, ttl_ms: int | None = None) -> Task:
-        """Send ``tools/call`` as a task. Ctrl-C from here on cancels the task."""
+    async def create(
+        self, name: str, arguments: dict[str, Any], *, ttl_ms: int | None = None
+    ) -> Task | CallToolResult:
+        """Send ``tools/call`` as a task. Ctrl-C from here on cancels the task.
+
+        In the modern era the server decides: it may answer with the result at once (returned
+        as it is, and nothing is followed)."""
         if self.interrupts is not None:
             self.interrupts.handler = self.request_cancel
         self.client.status_callbacks.append(self.on_status)
-        created = await self.client.call_tool_as_task(
-            name, arguments, ttl_ms=ttl_ms, on_progress=self.on_progress
-        )
+        if self.client.modern:
+            started = await self.client.start_tool(name, arguments, on_progress=self.on_progress)
+            if isinstance(started, CallToolResult):
+                self.detach()
+                return started
+            created = CreateTaskResult(task=started.as_task())
+        else:
+            created = await self.client.call_tool_as_task(
+                name, arguments, ttl_ms=ttl_ms, on_progress=self.on_progress
+            )
         self.task = created.task
         self._printed = (created.task.status.value, None)  # the caller reports the creation
         if created.task.status.is_terminal:
@@ -222,6 +234,9 @@ class TaskFollower:
             self._update(task)
             if task.status.is_terminal:
                 return
+            if task.status == TaskStatus.INPUT_REQUIRED and self.client.modern:
+                if await self.client.answer_task_input(task.task_id):
+                    continue  # answered: look again at once
             await trio.sleep(max(interval, 50) / 1000)
 
     async def _render_loop(self, render: Any) -> None:

@@ -14,6 +14,7 @@ import trio
 
 from ..client import Client, ConnectionClosed, ElicitationHandler, connect
 from ..protocol.errors import McpError
+from ..protocol.versions import LATEST_VERSION
 from ..transports.stdio import SubprocessTransport, open_subprocess_transport
 from .errors import CliError, ExitCode
 
@@ -162,10 +163,12 @@ async def _spawn(argv: list[str]) -> AsyncIterator[SubprocessTransport]:
         yield transport
 
 
-async def _handshake(client: Client, target: str, limit: float, *, process: trio.Process | None) -> None:
+async def _handshake(
+    client: Client, target: str, limit: float, *, process: trio.Process | None, protocol: str
+) -> None:
     try:
         with trio.fail_after(limit):
-            await client.initialize()
+            await client.open(protocol)
     except trio.TooSlowError:
         raise CliError(
             ExitCode.CONNECTION,
@@ -197,22 +200,24 @@ async def open_target(
     token: str | None = None,
     connect_timeout: float = 10.0,
     on_elicit: ElicitationHandler | None = None,
+    protocol: str = LATEST_VERSION,
 ) -> AsyncIterator[Client]:
     """An initialized :class:`~trio_mcp.Client` on TARGET: a ``ws://``/``wss://`` URL, or a
     command line (one string, split like a shell does) spawned as a stdio server.
-    ``on_elicit`` answers the server's elicitation requests (the capability is declared)."""
+    ``on_elicit`` answers the server's elicitation requests (the capability is declared).
+    ``protocol``: see :meth:`Client.open` (a handshake version, ``2026-07-28`` or ``auto``)."""
     if not (math.isfinite(connect_timeout) and connect_timeout > 0):
         raise CliError(ExitCode.USAGE, "--timeout must be positive")
     if is_url(target):
         async with _open_websocket(
-            target, token=token, connect_timeout=connect_timeout, on_elicit=on_elicit
+            target, token=token, connect_timeout=connect_timeout, on_elicit=on_elicit, protocol=protocol
         ) as client:
             yield client
         return
     argv = _command(target)
     async with _spawn(argv) as transport, connect(transport, initialize=False, on_elicit=on_elicit) as client:
         try:
-            await _handshake(client, target, connect_timeout, process=transport.process)
+            await _handshake(client, target, connect_timeout, process=transport.process, protocol=protocol)
         except CliError:
             if transport.process.returncode is None:
                 transport.process.terminate()  # not an MCP server: no grace period for it
@@ -222,7 +227,12 @@ async def open_target(
 
 @asynccontextmanager
 async def _open_websocket(
-    url: str, *, token: str | None, connect_timeout: float, on_elicit: ElicitationHandler | None = None
+    url: str,
+    *,
+    token: str | None,
+    connect_timeout: float,
+    on_elicit: ElicitationHandler | None = None,
+    protocol: str = LATEST_VERSION,
 ) -> AsyncIterator[Client]:
     try:
         import trio_websocket
@@ -235,7 +245,7 @@ async def _open_websocket(
     try:
         async with open_websocket_transport(url, token=token, connect_timeout=connect_timeout) as transport:
             async with connect(transport, initialize=False, on_elicit=on_elicit) as client:
-                await _handshake(client, url, connect_timeout, process=None)
+                await _handshake(client, url, connect_timeout, process=None, protocol=protocol)
                 entered = True
                 yield client
     except ValueError as exc:

@@ -140,6 +140,7 @@ class Client(Endpoint):
         self._progress: dict[int | str, ProgressCallback] = {}
         self._tokens = itertools.count(1)
         self.status_callbacks: list[StatusCallback] = []
+        self._answered: dict[str, set[str]] = {}
 
     # -- incoming -------------------------------------------------------------------------
     @property
@@ -463,6 +464,20 @@ class Client(Endpoint):
         """Modern era: ``tasks/get``, with the result, error or input requests inline."""
         return structure(await self._call("tasks/get", {"taskId": task_id}), DetailedTask)
 
+    async def answer_task_input(self, task: DetailedTask | str) -> bool:
+        """Modern era: answer the task's input requests not answered yet (with ``on_elicit`` /
+        ``on_sample``) through ``tasks/update``; whether there were any. Keys are unique for a
+        task's life, so each request is answered once however often it is seen."""
+        if isinstance(task, str):
+            task = await self.get_detailed_task(task)
+        answered = self._answered.setdefault(task.task_id, set())
+        pending = {k: v for k, v in (task.input_requests or {}).items() if k not in answered}
+        if not pending:
+            return False
+        answered.update(pending)
+        await self.update_task(task.task_id, await self._answer_inputs(pending))
+        return True
+
     async def update_task(self, task_id: str, responses: dict[str, Any]) -> None:
         """Modern era: ``tasks/update``, answers to the task's input requests by key."""
         await self._call("tasks/update", {"taskId": task_id, "inputResponses": responses})
@@ -473,7 +488,6 @@ class Client(Endpoint):
         ``tasks/get`` and answers the task's input requests with ``on_elicit`` / ``on_sample``."""
         if not self.modern:
             return structure(await self.tasks.result(task_id), CallToolResult)
-        answered: set[str] = set()
         while True:
             task = await self.get_detailed_task(task_id)
             for on_status in self.status_callbacks:
@@ -489,10 +503,7 @@ class Client(Endpoint):
                 )
             if task.status == TaskStatus.CANCELLED:
                 raise McpError(TASK_CANCELLED, "Task was cancelled: the request has no result")
-            pending = {k: v for k, v in (task.input_requests or {}).items() if k not in answered}
-            if pending:
-                await self.update_task(task_id, await self._answer_inputs(pending))
-                answered.update(pending)
+            if await self.answer_task_input(task):
                 continue
             interval = task.poll_interval_ms if task.poll_interval_ms is not None else default_interval_ms
             await trio.sleep(interval / 1000)

@@ -34,6 +34,7 @@ from .commands import (
 )
 from .converter import structure, unstructure
 from .errors import (
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
@@ -175,8 +176,16 @@ class ModernScope:
             task["inputRequests"] = dict(record.input_requests)
         elif record.status == TaskStatus.COMPLETED and outcome is not None and outcome.result is not None:
             task["result"] = outcome.result
-        elif record.status == TaskStatus.FAILED and outcome is not None and outcome.error is not None:
-            task["error"] = outcome.error.to_json()
+        elif record.status == TaskStatus.FAILED and outcome is not None:
+            if outcome.error is not None:
+                task["error"] = outcome.error.to_json()
+            else:  # a handshake-era task failed by an isError result, seen from this era
+                message = record.status_message or "The tool reported an error"
+                task["error"] = {
+                    "code": INTERNAL_ERROR,
+                    "message": message,
+                    "data": {"result": outcome.result},
+                }
         return task
 
     def render_task(self, record: TaskRecord) -> dict[str, Any]:
@@ -315,6 +324,11 @@ class ModernDialect:
             responses = (params or {}).get("inputResponses")
             if not isinstance(responses, dict):
                 return ErrorValue(INVALID_PARAMS, "Invalid params at 'inputResponses': expected an object")
+            for key, value in responses.items():
+                if not isinstance(value, dict):
+                    return ErrorValue(
+                        INVALID_PARAMS, f"Invalid params at 'inputResponses.{key}': expected an object"
+                    )
             return UpdateTask(task_id, responses), scope
         return ErrorValue(METHOD_NOT_FOUND, f"Method not found: {method}")
 
