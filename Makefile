@@ -2,6 +2,9 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+SDK2_VENV := .venv-sdk2
+SDK2_STAMP := $(SDK2_VENV)/.installed
+SDK2_VERSION := 2.3.0
 
 .PHONY: test lint typecheck pytest demo bench clean
 
@@ -18,7 +21,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+# The official Python SDK 2.x, for the interop test only: its package name clashes with the
+# 1.x SDK of the other interop tests, so it gets an environment of its own.
+$(SDK2_STAMP):
+	test -x $(SDK2_VENV)/bin/python || $(PY) -m venv $(SDK2_VENV)
+	$(SDK2_VENV)/bin/python -m pip install -q "mcp==$(SDK2_VERSION)"
+	touch $(SDK2_STAMP)
+
+pytest: $(STAMP) $(SDK2_STAMP)
 	$(BIN)/python -m pytest
 	$(BIN)/python -m pytest --task-store=json tests/test_tasks.py tests/test_input_required.py tests/test_client_tasks.py tests/test_testing_kit.py tests/test_session_protocol.py tests/test_docs_testing.py tests/test_docs_guide.py tests/test_runtime.py tests/test_websocket.py tests/test_store_contract.py tests/test_modern_era.py tests/test_modern_client.py
 
@@ -31,4 +41,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SDK2_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -7,7 +7,7 @@ short-TTL variant). Every setting can also come from the environment (``BENCH_DE
 ``BENCH_MAX_TTL_MS``, ``BENCH_MAX_LIVE``); flags win.
 
 With ``--ws HOST:PORT`` (``--ws 127.0.0.1:0`` picks a free port) the same tools are served with
-``trio_mcp.transports.websocket.serve_websocket`` instead of stdio (default keep-alive, no
+``trio_mcp.server.serve_websocket`` instead of stdio (default keep-alive, no
 authentication, so each connection owns its tasks). Once listening it prints ``ws-port PORT``
 on stdout, for the harness to read; it exits when its stdin closes, as the stdio server does.
 

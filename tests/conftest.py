@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from trio_mcp import Client, Server
     from trio_mcp.transports.memory import MemoryTransport
 
+collect_ignore = ["interop/sdk2_client.py"]
+"""Run only in the SDK 2.x environment (it imports that SDK), never collected here."""
+
 # trio_mcp, anyio and mcp are imported inside the helpers that use them: every test module loads
 # this file, and a module that uses none of these helpers should not fail with them.
 

@@ -8,7 +8,8 @@ the supervisor writes to the store after every change), the work's cancel scope 
   (it sees ``trio.Cancelled`` at its next checkpoint);
 - the task is ``cancelled`` before the Cancel is answered, and stays so whatever the work does;
 - every AwaitResult is answered exactly once: with the outcome when the task ends, or with an
-  error when it expires, its owner goes away or the server stops;
+  error when it expires or its owner goes away (at shutdown the waiting requests are cancelled
+  with their sessions);
 - ``created_at`` / ``last_updated_at`` are stamped when those events happen, never at query time.
 
 A run-to-completion actor: its state changes only inside its own handlers, and no handler

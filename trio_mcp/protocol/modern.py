@@ -258,7 +258,7 @@ class ModernScope:
 
 
 class ModernDialect:
-    """The 2026-07-28 rules. Stateless: one per server, shared by every connection."""
+    """The 2026-07-28 rules. Stateless: what a request means depends on the request alone."""
 
     era = "modern"
 

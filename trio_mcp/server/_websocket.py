@@ -24,10 +24,10 @@ Server (:func:`serve_websocket`)
     * The whole opening handshake, including ``authenticate``, must finish within
       ``handshake_timeout`` seconds (default 10), or the TCP connection is dropped.
 
-    str | Noneship of tasks (see :meth:`~trio_mcp.actors.server.ServerRuntime.serve`):
+    Ownership of tasks (see :meth:`~trio_mcp.server.ServerRuntime.serve`):
 
     * **With an identity** (``authenticate`` set), the connection is served with
-      ``owner=("identity", identity)``: its tasks belong to the identity, not the connection.
+      ``owner="identity:" + identity``: its tasks belong to the identity, not the connection.
       They keep running when the connection closes or drops, and any later connection
       authenticated as the same identity can ``tasks/get``, ``tasks/result``, ``tasks/list``
       and ``tasks/cancel`` them. Another identity gets -32602 for them and never sees them
@@ -44,12 +44,12 @@ Server (:func:`serve_websocket`)
     writer and keep-alive tasks) running in one nursery under the server, so nothing one client
     does, or fails to do, waits on another, and a connection that fails is logged and closed
     without touching the rest. Each session has a bounded outbound queue
-    (:data:`~trio_mcp.actors.endpoint.DEFAULT_OUTBOUND_SIZE`, 1024 messages) in front of the
+    (:data:`~trio_mcp.actors._endpoint.DEFAULT_OUTBOUND_SIZE`, 1024 messages) in front of the
     socket. When a client stops reading, the TCP window and then that queue fill up, and:
 
     * **responses wait for room**, and the reader with them: it answers ``initialize``,
       ``ping`` and ``tools/list`` itself, and at most
-      :data:`~trio_mcp.actors.session.MAX_WAITING_REQUESTS` (256) other requests per session are
+      :data:`~trio_mcp.actors._session.MAX_WAITING_REQUESTS` (256) other requests per session are
       outstanding at once (task queries answered by the supervisor, ``tools/call`` and
       ``tasks/result`` running in their own Trio tasks); past that the reader stops reading
       that connection: backpressure, which reaches the client as TCP flow control.
