@@ -1007,3 +1007,74 @@ async def test_both_eras_on_one_runtime_keep_their_shapes_and_their_tasks(autoju
         assert got_old["status"] == "completed"
         assert "resultType" not in got_old and "result" not in got_old
         nursery.cancel_scope.cancel()
+
+
+# ----------------------------------------------------------------------------- 11. subscriptions/listen
+
+SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
+
+
+async def test_listen_acknowledges_then_streams_tagged_task_notifications(autojump_clock: Any) -> None:
+    async with open_wire(make_server()) as wire:
+        created = await wire.call("job", {"seconds": 5}, tasks=True)
+        task_id = created["taskId"]
+        listen_id = await wire.send_request(
+            "subscriptions/listen", {"notifications": {"taskIds": [task_id, "no-such-task"]}}, tasks=True
+        )
+        ack = await wire.receive()
+        # The first message of the stream says what it will carry: only the client's own tasks.
+        assert ack == {
+            "jsonrpc": "2.0",
+            "method": "notifications/subscriptions/acknowledged",
+            "params": {"notifications": {"taskIds": [task_id]}, "_meta": {SUBSCRIPTION_ID_KEY: listen_id}},
+        }
+        update = await wire.receive()
+        assert update["method"] == "notifications/tasks"
+        params = update["params"]
+        assert params["_meta"] == {SUBSCRIPTION_ID_KEY: listen_id}
+        assert params["taskId"] == task_id and params["status"] == "completed"
+        assert params["result"]["content"] == [{"type": "text", "text": "job done after 5"}]
+        assert trio.current_time() == pytest.approx(5.0)
+        # The client ends the stream with notifications/cancelled: no response, and no more
+        # notifications for it (the connection goes on serving).
+        await wire.send(
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": listen_id}}
+        )
+        again = await wire.call("job", {"seconds": 1}, tasks=True)
+        assert again["resultType"] == "task"
+        await trio.sleep(2)
+        await wire.discover_ok()
+        assert [n for n in wire.notifications if n["method"] == "notifications/tasks"] == []
+
+
+async def test_listen_for_another_owners_task_streams_nothing_of_it(autojump_clock: Any) -> None:
+    async with make_server().open() as runtime, trio.open_nursery() as nursery:
+        owner, stranger = await serve_wire(runtime, nursery), await serve_wire(runtime, nursery)
+        task_id = (await owner.call("job", {"seconds": 3}, tasks=True))["taskId"]
+        listen_id = await stranger.send_request(
+            "subscriptions/listen", {"notifications": {"taskIds": [task_id]}}, tasks=True
+        )
+        ack = await stranger.receive()
+        assert ack["params"] == {"notifications": {"taskIds": []}, "_meta": {SUBSCRIPTION_ID_KEY: listen_id}}
+        await trio.sleep(5)  # the task completes meanwhile
+        assert (await owner.get(task_id))["status"] == "completed"
+        await stranger.discover_ok()
+        assert stranger.notifications == []
+        nursery.cancel_scope.cancel()
+
+
+async def test_listen_rules(autojump_clock: Any) -> None:
+    async with open_wire(make_server()) as wire:
+        # Task notifications need the tasks extension.
+        error = await wire.error("subscriptions/listen", {"notifications": {"taskIds": ["x"]}})
+        assert error["code"] == MISSING_CAPABILITY
+        assert error["data"] == {"requiredCapabilities": {"extensions": {TASKS: {}}}}
+        assert (await wire.error("subscriptions/listen", {}))["code"] == INVALID_PARAMS
+        bad = {"notifications": {"taskIds": [1, 2]}}
+        assert (await wire.error("subscriptions/listen", bad, tasks=True))["code"] == INVALID_PARAMS
+        # Nothing this server can stream was asked for: acknowledged with nothing honoured.
+        listen_id = await wire.send_request(
+            "subscriptions/listen", {"notifications": {"toolsListChanged": True}}
+        )
+        ack = await wire.receive()
+        assert ack["params"] == {"notifications": {}, "_meta": {SUBSCRIPTION_ID_KEY: listen_id}}

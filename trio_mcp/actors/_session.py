@@ -28,6 +28,7 @@ from ..protocol.commands import (
     Discover,
     GetTask,
     Initialize,
+    Listen,
     ListTasks,
     ListTools,
     Ping,
@@ -47,8 +48,8 @@ from ..transports.base import Transport
 from ._endpoint import OVERLOADED, ConnectionClosed, Endpoint
 from ._receiver import Renderer, Started, TaskReceiver
 from ._requestor import TaskRequestor
-from .runtime import MailboxFull, Reply
-from .supervisor import Remove, Route, TaskSupervisor
+from .runtime import MailboxFull, Reply, ask
+from .supervisor import Remove, Route, TaskSupervisor, Unwatch, Watch
 from .task_actor import Poll, TaskActor
 
 log = logging.getLogger("trio_mcp")
@@ -352,6 +353,8 @@ class SessionActor(Endpoint):
             )
         elif isinstance(command, CallTool) and command.as_task:
             await self._start(request, lambda: self._start_create(command, scope))
+        elif isinstance(command, Listen):
+            await self._wait(request, functools.partial(self._listen, command, scope))
         elif isinstance(command, CallTool) and command.auto_task:
             await self._wait(request, functools.partial(self._call_maybe_task, command, scope))
         elif isinstance(command, CallTool):
@@ -482,6 +485,37 @@ class SessionActor(Endpoint):
             return scope.settle_tool_result(result)
 
         return work
+
+    async def _listen(self, command: Listen, scope: ModernScope, request: jsonrpc.Request) -> dict[str, Any]:
+        """``subscriptions/listen``: acknowledge what will be sent, then tagged notifications of
+        the watched tasks until the client cancels the request (``notifications/cancelled``)
+        or goes away."""
+        subscription = request.id
+        early: list[TaskRecord] | None = []  # changes seen before the acknowledgement went out
+
+        def watcher(record: TaskRecord) -> None:
+            if early is not None:
+                early.append(record)
+            elif not self.closed:
+                self.notify(*scope.task_notification(subscription, record))
+
+        task_ids = command.task_ids or ()
+        accepted: tuple[str, ...] = ()
+        try:
+            if task_ids:
+                accepted = await ask(
+                    self.supervisor, lambda reply: Watch(self.owner, task_ids, watcher, reply)
+                )
+            honoured: dict[str, Any] = {} if command.task_ids is None else {"taskIds": list(accepted)}
+            await self.send(jsonrpc.encode_notification(*scope.subscription_ack(subscription, honoured)))
+            backlog, early = early, None
+            for record in backlog or ():
+                self.notify(*scope.task_notification(subscription, record))
+            await trio.sleep_forever()
+        finally:
+            if accepted:
+                self.supervisor.mailbox.put(Unwatch(accepted, watcher), system=True)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # -- the modern era's calls -------------------------------------------------------------
     def _state_binding(self, command: CallTool) -> str:

@@ -50,6 +50,8 @@ __all__ = [
     "Route",
     "TaskLimits",
     "TaskSupervisor",
+    "Unwatch",
+    "Watch",
 ]
 
 
@@ -118,6 +120,23 @@ class Remove:
 
 
 @attrs.frozen
+class Watch:
+    """Tell ``watcher`` every new record of these tasks of ``owner`` (``subscriptions/listen``);
+    answered with the ids accepted (the owner's tasks that exist). Undo with :class:`Unwatch`."""
+
+    owner: str
+    task_ids: tuple[str, ...]
+    watcher: Callable[[TaskRecord], None]
+    reply: Reply[tuple[str, ...]]
+
+
+@attrs.frozen
+class Unwatch:
+    task_ids: tuple[str, ...]
+    watcher: Callable[[TaskRecord], None]
+
+
+@attrs.frozen
 class _Changed:
     actor: TaskActor
     record: TaskRecord
@@ -139,7 +158,9 @@ class _Crashed:
     error: BaseException
 
 
-SupervisorMessage = CreateTask | Route | ListTasks | Remove | _Changed | _DropOwner | _Expire | _Crashed
+SupervisorMessage = (
+    CreateTask | Route | ListTasks | Remove | Watch | Unwatch | _Changed | _DropOwner | _Expire | _Crashed
+)
 
 log = logging.getLogger("trio_mcp.actors")
 
@@ -171,6 +192,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self._live: dict[str, set[str]] = {}
         self._deadlines: list[tuple[float, str]] = []
         self._deadline_of: dict[str, float] = {}
+        self._watchers: dict[str, list[Callable[[TaskRecord], None]]] = {}
         self._timer = trio.CancelScope()
         self._nursery: trio.Nursery | None = None
 
@@ -211,6 +233,11 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 await self._remove(task_id, EXPIRED)
         elif isinstance(message, Remove):
             await self._remove_owned(message.owner, message.task_id)
+        elif isinstance(message, Watch):
+            await self._watch(message)
+        elif isinstance(message, Unwatch):
+            for task_id in message.task_ids:
+                self._unwatch(task_id, message.watcher)
         elif isinstance(message, _DropOwner):
             await self._drop_owner(message.owner)
         elif isinstance(message, _Crashed):
@@ -315,6 +342,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             status=TaskStatus.CANCELLED,
         )
         if await self.store.update(cancelled):
+            if self._watchers:
+                self._tell_watchers(cancelled)
             message.reply.send((cancelled, False))
         else:
             current = await self.store.get(record.task_id)
@@ -349,11 +378,45 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         live = self._actors
         message.reply.send(([live[r.task_id].record if r.task_id in live else r for r in records], cursor))
 
+    # -- watching -------------------------------------------------------------------------
+    async def _watch(self, message: Watch) -> None:
+        accepted: list[str] = []
+        for task_id in message.task_ids:
+            actor = self._actors.get(task_id)
+            owner = actor.owner if actor is not None else None
+            if actor is None:
+                try:
+                    record = await self.store.get(task_id)
+                except Exception as exc:
+                    log.error("task store failed to read task %s: %r", task_id, exc, exc_info=exc)
+                    continue
+                owner = record.owner if record is not None else None
+            if owner == message.owner and task_id not in accepted:
+                accepted.append(task_id)
+                self._watchers.setdefault(task_id, []).append(message.watcher)
+        message.reply.send(tuple(accepted))
+
+    def _unwatch(self, task_id: str, watcher: Callable[[TaskRecord], None]) -> None:
+        watchers = self._watchers.get(task_id)
+        if watchers is not None and watcher in watchers:
+            watchers.remove(watcher)
+            if not watchers:
+                del self._watchers[task_id]
+
+    def _tell_watchers(self, record: TaskRecord) -> None:
+        for watcher in list(self._watchers.get(record.task_id, ())):
+            try:
+                watcher(record)
+            except Exception as exc:  # a listener's bug is not the task's crash
+                log.error("task watcher failed: %r", exc, exc_info=exc)
+
     # -- changes, removal -----------------------------------------------------------------
     def _changed(self, actor: TaskActor, record: TaskRecord) -> None:
-        """An actor is making a change: tell its watcher now, store it in order."""
+        """An actor is making a change: tell its watchers now, store it in order."""
         if actor.watcher is not None:
             actor.watcher(record)
+        if self._watchers:
+            self._tell_watchers(record)
         if record.is_terminal:
             self._forget_live(actor.owner, actor.task_id)
         self.mailbox.put(_Changed(actor, record), system=True)
@@ -379,6 +442,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
     async def _remove(self, task_id: str, error: ErrorValue) -> None:
         if self._deadline_of.pop(task_id, None) is not None:
             self._compact_deadlines()
+        self._watchers.pop(task_id, None)
         actor = self._actors.pop(task_id, None)
         if actor is not None:
             self._forget_live(actor.owner, task_id)
@@ -444,6 +508,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 "task.transition", {"task_id": actor.task_id, "old": old.value, "status": actor.status.value}
             )
         self._forget_live(actor.owner, actor.task_id)
+        if self._watchers:
+            self._tell_watchers(actor.record)
         self.mailbox.put(_Changed(actor, actor.record), system=True)
         return failure
 

@@ -25,6 +25,7 @@ __all__ = [
     "Initialize",
     "ListTasks",
     "ListTools",
+    "Listen",
     "Ping",
     "SetLogLevel",
     "UpdateTask",
@@ -80,6 +81,14 @@ class Discover:
 
 
 @attrs.frozen
+class Listen:
+    """``subscriptions/listen`` (modern era): a stream of the notifications asked for, here the
+    status of the tasks ``task_ids`` (None: none asked for)."""
+
+    task_ids: tuple[str, ...] | None
+
+
+@attrs.frozen
 class UpdateTask:
     """``tasks/update``: answers to a task's outstanding input requests (modern era)."""
 
@@ -128,4 +137,5 @@ Command = (
     | AwaitTaskResult
     | Discover
     | UpdateTask
+    | Listen
 )

@@ -29,6 +29,7 @@ from .commands import (
     Command,
     Discover,
     GetTask,
+    Listen,
     ListTools,
     UpdateTask,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "PROTOCOL_VERSION_KEY",
     "REMOVED_METHODS",
     "SERVER_INFO_KEY",
+    "SUBSCRIPTION_ID_KEY",
     "TASKS_EXTENSION",
     "ModernDialect",
     "ModernScope",
@@ -76,6 +78,7 @@ CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
 CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"
 LOG_LEVEL_KEY = "io.modelcontextprotocol/logLevel"
 SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 
 REMOVED_METHODS = frozenset(
@@ -226,6 +229,23 @@ class ModernScope:
         """None: task notifications go only to ``subscriptions/listen`` streams in this era."""
         return None
 
+    # -- subscriptions ------------------------------------------------------------------------
+    @staticmethod
+    def subscription_ack(subscription_id: int | str, honoured: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The first message of a ``subscriptions/listen`` stream: what it will carry."""
+        params = {"notifications": honoured, "_meta": {SUBSCRIPTION_ID_KEY: subscription_id}}
+        return "notifications/subscriptions/acknowledged", params
+
+    def task_notification(self, subscription_id: int | str, record: TaskRecord) -> tuple[str, dict[str, Any]]:
+        """``notifications/tasks``: the full DetailedTask, tagged with its subscription."""
+        params = self.detailed_task(record)
+        params["_meta"] = {SUBSCRIPTION_ID_KEY: subscription_id}
+        return "notifications/tasks", params
+
+    def listen_closed(self, subscription_id: int | str) -> dict[str, Any]:
+        """The result that ends a ``subscriptions/listen`` stream gracefully."""
+        return self.complete({"_meta": {SUBSCRIPTION_ID_KEY: subscription_id}})
+
     # -- what the server may send ------------------------------------------------------------
     def log_message(self, level: str, data: Any, logger: str | None) -> dict[str, Any] | None:
         """``notifications/message`` params if the request asked for ``level`` or lower, else None."""
@@ -313,6 +333,9 @@ class ModernDialect:
         if method == "tools/call":
             call = self._call_tool(params, tool_support, scope)
             return call if isinstance(call, ErrorValue) else (call, scope)
+        if method == "subscriptions/listen":
+            listen = self._listen(params, scope)
+            return listen if isinstance(listen, ErrorValue) else (listen, scope)
         if method in ("tasks/get", "tasks/update", "tasks/cancel"):
             if not scope.has_tasks_extension:
                 return requires_tasks_extension()
@@ -331,6 +354,20 @@ class ModernDialect:
                     )
             return UpdateTask(task_id, responses), scope
         return ErrorValue(METHOD_NOT_FOUND, f"Method not found: {method}")
+
+    @staticmethod
+    def _listen(params: dict[str, Any] | None, scope: ModernScope) -> Listen | ErrorValue:
+        wanted = (params or {}).get("notifications")
+        if not isinstance(wanted, dict):
+            return ErrorValue(INVALID_PARAMS, "Invalid params at 'notifications': expected an object")
+        task_ids = wanted.get("taskIds")
+        if task_ids is None:
+            return Listen(None)
+        if not isinstance(task_ids, list) or not all(isinstance(t, str) for t in task_ids):
+            return ErrorValue(INVALID_PARAMS, "Invalid params at 'notifications.taskIds': expected strings")
+        if not scope.has_tasks_extension:
+            return requires_tasks_extension()
+        return Listen(tuple(dict.fromkeys(task_ids)))
 
     def _call_tool(
         self, params: dict[str, Any] | None, tool_support: ToolSupport, scope: ModernScope
