@@ -620,6 +620,12 @@ def test_demo_walks_through_tasks() -> None:
         "5. A task that needs input",
         "tasks/result: The user answered: trio",
         "6. tasks/list",
+        "7. MCP 2026-07-28",
+        "echo (done within the window): fast calls stay plain",
+        "still running after the window, so a task: ",
+        "its result (tasks/get, inline): slept 1.5s",
+        "ask asked for input at once: input_required, inputRequests ['input-0']",
+        "answered with tasks/update: The user answered: trio",
         "Done.",
     ]:
         assert expected in out, expected

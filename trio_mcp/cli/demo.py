@@ -16,7 +16,8 @@ from rich.text import Text
 
 from ..client import Client
 from ..protocol.errors import McpError
-from ..protocol.messages import ElicitRequestParams, ElicitResult, Task
+from ..protocol.messages import CallToolResult, DetailedTask, ElicitRequestParams, ElicitResult, Task
+from ..protocol.versions import MODERN_VERSIONS
 from .errors import ExitCode
 from .follow import TaskFollower
 from .parsing import format_duration_ms
@@ -59,6 +60,11 @@ async def run_demo(spec: str, interrupts: Interrupts, *, pace: float = 1.0) -> i
     out.print(Text.assemble("Starting the demo server over stdio: ", ("trio-mcp serve " + spec, "bold")))
     async with open_target(command, connect_timeout=30.0, on_elicit=_answer) as client:
         code = await _tour(client, out, interrupts, pace)
+    if code == ExitCode.OK:
+        async with open_target(
+            command, connect_timeout=30.0, on_elicit=_answer, protocol=MODERN_VERSIONS[0]
+        ) as client:
+            code = await _modern_tour(client, out, pace)
     if code == ExitCode.OK:
         out.rule()
         out.print("Done. Try it yourself:")
@@ -170,4 +176,36 @@ async def _tour(client: Client, out: Console, interrupts: Interrupts, pace: floa
 
     out.rule("6. tasks/list")
     out.print(tasks_table([task async for task in client.all_tasks()]))
+    return ExitCode.OK
+
+
+async def _modern_tour(client: Client, out: Console, pace: float) -> int:
+    """The same server in MCP 2026-07-28: no handshake, the tasks extension, input without
+    server-to-client requests."""
+    out.rule("7. MCP 2026-07-28: the server decides what becomes a task")
+    discovery = client.discovery or {}
+    _explain(
+        out,
+        "A second connection, with no initialize: every request carries its envelope in _meta. "
+        f"server/discover says: versions {discovery.get('supportedVersions')}, extensions "
+        f"{sorted(discovery.get('capabilities', {}).get('extensions', {}))}.",
+    )
+    quick = await client.start_tool("echo", {"text": "fast calls stay plain"})
+    assert isinstance(quick, CallToolResult)
+    _result(out, "echo (done within the window)", quick.text)
+    # Longer than the demo server's auto-task window (1 s) whatever the pace.
+    slow = await client.start_tool("sleep", {"seconds": max(round(SLEEP_SECONDS * pace, 3), 1.5)})
+    assert isinstance(slow, DetailedTask)
+    out.print(Text.assemble("  still running after the window, so a task: ", task_line(slow.as_task())))
+    with out.status("polling tasks/get…"):
+        _result(out, "its result (tasks/get, inline)", (await client.task_result(slow.task_id)).text)
+    asking = await client.start_tool("ask", {"question": "Which async library?"})
+    assert isinstance(asking, DetailedTask)
+    detailed = await client.get_detailed_task(asking.task_id)
+    _result(
+        out,
+        "ask asked for input at once",
+        f"{detailed.status.value}, inputRequests {list(detailed.input_requests or {})}",
+    )
+    _result(out, "answered with tasks/update", (await client.task_result(asking.task_id)).text)
     return ExitCode.OK
