@@ -349,6 +349,27 @@ def test_exploration_passes_a_correct_tool(via: Any) -> None:
         assert report.baseline.statuses == ["working", "completed"]
 
 
+@pytest.mark.parametrize("via", ["cancel", "request", "disconnect"])
+def test_exploration_in_the_modern_era(via: Any) -> None:
+    # The same scenario with a 2026-07-28 client: the server makes the call a task (its work is
+    # held past the auto-task window), waiters poll tasks/get, cancel is an acknowledgement.
+    modern = {"protocol": "2026-07-28"}
+    report = explore_cancellation(server, "careful", probe=lock, via=via, harness_options=modern)
+    assert len(report.checkpoints) == 4
+    report.assert_ok()
+    assert report.baseline.statuses == ["working", "completed"]
+    if via == "cancel":
+        assert all(r.statuses == ["working", "cancelled"] for r in report.runs)
+    # The planted bug is found at the checkpoint where it is (2). A cancel delivered by a
+    # message (a request, a dropped connection) lands one message later than the checkpoint it
+    # was sent at; how far the work got meanwhile is the era's scheduling, so with "request" the
+    # eras agree exactly and with "disconnect" the modern one (no status notifications to
+    # write) finds only the true one.
+    leaky_modern = explore_cancellation(server, "leaky", probe=lock, via=via, harness_options=modern)
+    expected = {"cancel": [2], "request": [1, 2], "disconnect": [2]}[via]
+    assert leaky_modern.failing_checkpoints == expected
+
+
 def test_exploration_checks_every_run_with_your_check() -> None:
     def check(h: Harness, task_id: str) -> None:
         assert h.status(task_id) == "completed", f"ended {h.status(task_id)}"

@@ -308,15 +308,23 @@ async def _explore_once(spec: _Spec, k: int | None) -> ExplorationRun:
                     violations.append(
                         f"tasks/get says {task.status.value} after the task ended {terminal[0]}"
                     )
-                try:
-                    await h.client.cancel_task(task_id)
-                except McpError as exc:
-                    if exc.code != INVALID_PARAMS:
+                if h.client.modern:
+                    # tasks/cancel is an acknowledgement in this era: it must change nothing.
+                    after = await h.client.cancel_task(task_id)
+                    if after.status.value != terminal[0]:
                         violations.append(
-                            f"a late tasks/cancel failed with {exc.code}, expected {INVALID_PARAMS}"
+                            f"a late tasks/cancel turned a {terminal[0]} task {after.status.value}"
                         )
                 else:
-                    violations.append(f"a late tasks/cancel of a {terminal[0]} task succeeded")
+                    try:
+                        await h.client.cancel_task(task_id)
+                    except McpError as exc:
+                        if exc.code != INVALID_PARAMS:
+                            violations.append(
+                                f"a late tasks/cancel failed with {exc.code}, expected {INVALID_PARAMS}"
+                            )
+                    else:
+                        violations.append(f"a late tasks/cancel of a {terminal[0]} task succeeded")
 
             if spec.check is not None:
                 try:

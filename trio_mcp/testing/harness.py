@@ -13,6 +13,7 @@ import trio.testing
 
 from ..actors.task_actor import TaskActor
 from ..client import Client, ProgressCallback, connect
+from ..protocol.messages import DetailedTask
 from ..server import Server, ServerRuntime
 from .faults import Faults, Link
 from .monitor import Checkpoint, Gate, Work, WorkMonitor, instrument_server
@@ -201,10 +202,17 @@ class Harness:
         on_progress: ProgressCallback | None = None,
         client: Client | None = None,
     ) -> str:
-        """Call ``tool`` as a task; return its (raw) task id."""
-        created = await (client or self.client).call_tool_as_task(
-            tool, arguments, ttl_ms=ttl_ms, on_progress=on_progress
-        )
+        """Call ``tool`` as a task; return its (raw) task id. In the modern era (a client opened
+        with ``protocol="2026-07-28"``) the server decides: the call must come back as a task
+        (a ``"required"`` tool, or one still running after the auto-task window); ``ttl_ms``
+        does not exist there."""
+        caller = client or self.client
+        if caller.modern:
+            started = await caller.start_tool(tool, arguments, on_progress=on_progress)
+            if not isinstance(started, DetailedTask):
+                raise AssertionError(f"the server answered {tool!r} with a result, not a task")
+            return started.task_id
+        created = await caller.call_tool_as_task(tool, arguments, ttl_ms=ttl_ms, on_progress=on_progress)
         return created.task.task_id
 
     def task_id(self, task: str) -> str:
