@@ -49,8 +49,7 @@ from .messages import (
     TaskIdParams,
     TaskSupport,
 )
-from .records import TaskOutcome, TaskRecord
-from .tasks import format_timestamp
+from .records import TaskOutcome, TaskRecord, task_fields
 from .versions import has_tasks, negotiate
 
 __all__ = [
@@ -208,18 +207,7 @@ class HandshakeDialect:
     @staticmethod
     def render_task(record: TaskRecord) -> dict[str, Any]:
         """The 2025-11-25 ``Task`` object (``tasks/get``, ``tasks/cancel``, status notifications)."""
-        task: dict[str, Any] = {
-            "taskId": record.task_id,
-            "status": record.status.value,
-            "createdAt": format_timestamp(record.created_at),
-            "lastUpdatedAt": format_timestamp(record.last_updated_at),
-            "ttl": record.ttl_ms,
-        }
-        if record.status_message is not None:
-            task["statusMessage"] = record.status_message
-        if record.poll_interval_ms is not None:
-            task["pollInterval"] = record.poll_interval_ms
-        return task
+        return task_fields(record, ttl_key="ttl", poll_interval_key="pollInterval")
 
     def render_created(self, record: TaskRecord, immediate_response: str | None) -> dict[str, Any]:
         """The ``CreateTaskResult`` answering a task-augmented request: ``{"task": …}``."""

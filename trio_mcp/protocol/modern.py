@@ -54,8 +54,8 @@ from .messages import (
     PaginatedParams,
     TaskIdParams,
 )
-from .records import TaskOutcome, TaskRecord
-from .tasks import TaskStatus, format_timestamp
+from .records import TaskOutcome, TaskRecord, task_fields
+from .tasks import TaskStatus
 from .versions import MODERN_VERSIONS
 
 __all__ = [
@@ -158,18 +158,7 @@ class ModernScope:
 
     @staticmethod
     def _task(record: TaskRecord) -> dict[str, Any]:
-        task: dict[str, Any] = {
-            "taskId": record.task_id,
-            "status": record.status.value,
-            "createdAt": format_timestamp(record.created_at),
-            "lastUpdatedAt": format_timestamp(record.last_updated_at),
-            "ttlMs": record.ttl_ms,
-        }
-        if record.status_message is not None:
-            task["statusMessage"] = record.status_message
-        if record.poll_interval_ms is not None:
-            task["pollIntervalMs"] = record.poll_interval_ms
-        return task
+        return task_fields(record, ttl_key="ttlMs", poll_interval_key="pollIntervalMs")
 
     def detailed_task(self, record: TaskRecord) -> dict[str, Any]:
         """The ``DetailedTask``: the task, plus ``inputRequests``, ``result`` or ``error``."""

@@ -22,9 +22,9 @@ from typing import Any
 import attrs
 
 from .errors import ErrorValue
-from .tasks import TaskStatus, check_transition
+from .tasks import TaskStatus, check_transition, format_timestamp
 
-__all__ = ["TaskOutcome", "TaskRecord", "new_record", "record_from_json", "record_to_json"]
+__all__ = ["TaskOutcome", "TaskRecord", "new_record", "record_from_json", "record_to_json", "task_fields"]
 
 
 @attrs.frozen
@@ -135,6 +135,28 @@ def new_record(
         expires_at=now + ttl_ms / 1000,
         poll_interval_ms=poll_interval_ms,
     )
+
+
+def task_fields(record: TaskRecord, *, ttl_key: str, poll_interval_key: str) -> dict[str, Any]:
+    """The fields every era's task object shares, under that era's names for the two durations
+    (2025-11-25: ``ttl``/``pollInterval``; 2026-07-28: ``ttlMs``/``pollIntervalMs``).
+
+    >>> record = new_record("t1", "alice", now=0.0, ttl_ms=1000, poll_interval_ms=500)
+    >>> task_fields(record, ttl_key="ttl", poll_interval_key="pollInterval")["createdAt"]
+    '1970-01-01T00:00:00.000Z'
+    """
+    task: dict[str, Any] = {
+        "taskId": record.task_id,
+        "status": record.status.value,
+        "createdAt": format_timestamp(record.created_at),
+        "lastUpdatedAt": format_timestamp(record.last_updated_at),
+        ttl_key: record.ttl_ms,
+    }
+    if record.status_message is not None:
+        task["statusMessage"] = record.status_message
+    if record.poll_interval_ms is not None:
+        task[poll_interval_key] = record.poll_interval_ms
+    return task
 
 
 def record_to_json(record: TaskRecord) -> dict[str, Any]:
