@@ -634,10 +634,11 @@ async def test_stuck_client_does_not_delay_others(probe: Probe) -> None:
     async def padded() -> str:
         return "padded"
 
-    # tools/list is answered inline by the session's reader, so once the outbound queue is full
-    # the reader waits: the server stops reading this client (backpressure).
+    # A client that floods requests and never reads: the server keeps reading (it never waits
+    # on a writer), and once the answers waiting for that client pass the outbound byte limit
+    # (16 MiB) it closes the connection. Nobody else waits meanwhile.
     server.add_tool(padded, description="x" * 32_000)
-    with trio.fail_after(12):
+    with trio.fail_after(20):
         async with serving(server, ping_interval=None, max_message_size=DEFAULT_MAX_MESSAGE_SIZE) as port:
             async with RawClient.open(port, receive_buffer=4096) as stuck:
                 assert isinstance(await stuck.handshake(), AcceptConnection)
@@ -646,30 +647,28 @@ async def test_stuck_client_does_not_delay_others(probe: Probe) -> None:
                     "tools/call", {"name": "hold", "arguments": {"key": "stuck"}, "task": {}}
                 )
                 assert reply["result"]["task"]["status"] == "working"
-                # Flood with padded tools/list requests and never read, until the server stops
-                # reading us (our send blocks).
-                sent = 0
-                jammed = False
-                while not jammed and sent < 5_000:
-                    frame = stuck.encode_request("tools/list", pad=16_000)
-                    with trio.move_on_after(0.5) as blocked:
-                        await stuck.stream.send_all(frame)
-                    jammed = blocked.cancelled_caught
-                    sent += 1
-                assert jammed, f"the server read all {sent} requests of a client that never reads"
 
-                # Meanwhile another client is served at full speed.
                 async with connect_websocket(url(port)) as other:
-                    started = time.monotonic()
-                    for n in range(20):
-                        assert (await other.call_tool("echo", {"text": str(n)})).text == str(n)
+                    sent = 0
+                    disconnected = False
+                    while not disconnected and sent < 5_000:
+                        frame = stuck.encode_request("tools/list", pad=16_000)
+                        try:
+                            with trio.move_on_after(0.5):
+                                await stuck.stream.send_all(frame)
+                        except trio.BrokenResourceError:
+                            disconnected = True
+                        sent += 1
+                        if sent % 100 == 0:  # meanwhile another client is served at full speed
+                            started = time.monotonic()
+                            assert (await other.call_tool("echo", {"text": str(sent)})).text == str(sent)
+                            assert time.monotonic() - started < 0.5
+                    assert disconnected, f"the server kept {sent} unread answers for a client that never reads"
+                    # Each answer is ~130 kB (the padded tools list): 16 MiB is about 130 answers.
+                    assert sent < 1_000
                     created = await other.call_tool_as_task("tagged", {"tag": "unaffected", "delay": 0})
                     assert (await other.task_result(created.task.task_id)).text == "unaffected"
-                    assert len(await other.list_tools()) == 4
-                    elapsed = time.monotonic() - started
-                assert elapsed < 2.0, f"the other client took {elapsed:.2f}s"
-                assert not probe.ended["stuck"].is_set()
-            # The stuck client hangs up: its jammed session still ends, and its task with it.
+            # The stuck client's session ended with its connection, and its task with it.
             await probe.ended["stuck"].wait()
             assert "stuck" in probe.cancelled
 

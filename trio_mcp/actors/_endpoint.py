@@ -1,15 +1,29 @@
 """Endpoint: one side of a JSON-RPC connection, shared by server sessions and the client.
 
-It owns the transport: a reader loop turns frames into messages, a writer task drains a
-bounded outbound queue. Responses and requests wait for room in that queue (backpressure on
-a slow peer); notifications are best-effort and dropped when it is full (``dropped`` counts
-them), which the spec allows: peers must not rely on notifications.
+It owns the transport: a reader loop turns frames into messages, a writer task drains an
+outbound queue. Guarantees:
+
+- **The reader never waits on the writer.** Queuing never blocks, so however slowly a peer
+  reads, the reader goes on reading its requests, notifications (``notifications/cancelled``)
+  and responses (answers to elicitation).
+- **Outbound memory is bounded in bytes.** Responses and requests are always queued; once
+  ``max_outbound_bytes`` (default :data:`DEFAULT_MAX_OUTBOUND_BYTES`, 16 MiB) are waiting to be
+  written, the peer is not reading: the connection is closed. Notifications are best-effort:
+  dropped (``dropped`` counts them) once ``notification_room`` bytes are waiting, which the
+  spec allows.
+- **A write that cannot finish within** ``write_timeout`` seconds (default
+  :data:`DEFAULT_WRITE_TIMEOUT`, 30) closes the connection: a peer that stopped reading is let
+  go after that long, whatever it sent.
+- ``on_written`` callbacks run once their message was handed to the transport (a session's
+  count of outstanding requests includes answers until they are written).
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,7 +37,15 @@ from .trace import Tracer, no_trace
 
 log = logging.getLogger("trio_mcp")
 
-DEFAULT_OUTBOUND_SIZE = 1024
+DEFAULT_MAX_OUTBOUND_BYTES = 16 * 1024 * 1024
+"""Bytes waiting to be written past which a peer counts as not reading (it is disconnected)."""
+DEFAULT_WRITE_TIMEOUT = 30.0
+"""Seconds one write may take before the peer counts as not reading (it is disconnected)."""
+NOTIFICATION_ROOM_FRACTION = 4
+"""Notifications are dropped once a quarter of ``max_outbound_bytes`` is waiting."""
+DRAIN_TIMEOUT = 1.0
+"""Seconds the answers already on their way may take to be written after the peer's end of input."""
+DRAIN_POLL = 0.005
 MAX_BATCH = 256
 """Most messages the writer takes from the queue for one write."""
 
@@ -46,77 +68,98 @@ class Endpoint:
         self,
         transport: Transport,
         *,
-        outbound_size: int = DEFAULT_OUTBOUND_SIZE,
+        max_outbound_bytes: int = DEFAULT_MAX_OUTBOUND_BYTES,
+        write_timeout: float = DEFAULT_WRITE_TIMEOUT,
         tracer: Tracer = no_trace,
         name: str = "connection",
     ) -> None:
         self.transport = transport
         self.name = name
         self._tracer = tracer if tracer is not no_trace else None
-        self._out_send, self._out_recv = trio.open_memory_channel[bytes](outbound_size)
+        self._outbound: collections.deque[tuple[bytes, Callable[[], None] | None]] = collections.deque()
+        self._outbound_bytes = 0
+        self.max_outbound_bytes = max_outbound_bytes
+        self.write_timeout = write_timeout
+        self._writer: trio.lowlevel.Task | None = None
+        self._writing = False
+        self._connection_scope: trio.CancelScope | None = None
         self._pending: dict[jsonrpc.RequestId, Reply[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
         self.dropped = 0
         self.closed = False
+        self.overflowed = False
+        """Whether the connection was closed because the peer did not read."""
         self.nursery: trio.Nursery | None = None
 
+    @property
+    def outbound_bytes(self) -> int:
+        """Bytes queued and not yet written."""
+        return self._outbound_bytes
+
     # -- outgoing -------------------------------------------------------------------------
+    def post(self, data: bytes, on_written: Callable[[], None] | None = None) -> bool:
+        """Queue one encoded message, never waiting. False (and nothing queued) once the
+        connection is closed; past ``max_outbound_bytes`` the peer is not reading and the
+        connection is closed."""
+        if self.closed:
+            return False
+        self._outbound.append((data, on_written))
+        self._outbound_bytes += len(data)
+        if self._outbound_bytes > self.max_outbound_bytes:
+            log.warning(
+                "%s: %d bytes wait for a peer that does not read; closing the connection",
+                self.name,
+                self._outbound_bytes,
+            )
+            self.overflowed = True
+            self.abort()
+        self._wake_writer()
+        return True
+
     async def send(self, data: bytes) -> None:
-        """Queue one encoded message, waiting only if the queue is full."""
-        try:
-            self._out_send.send_nowait(data)  # no scheduler round trip when there is room
-        except trio.WouldBlock:
-            try:
-                await self._out_send.send(data)
-            except (trio.ClosedResourceError, trio.BrokenResourceError):
-                raise ConnectionClosed from None
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            raise ConnectionClosed from None
+        """Queue one encoded message (never waits); ConnectionClosed once closed."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if not self.post(data):
+            raise ConnectionClosed
 
-    def post(self, data: bytes, then: Callable[[], None] | None = None) -> None:
-        """Queue a response from synchronous code: at once if there is room, else from a task
-        that waits for room (so it is never lost while the connection lives). ``then`` runs
-        once it is queued."""
-        try:
-            self._out_send.send_nowait(data)
-        except trio.WouldBlock:
-            if self.nursery is not None:
-                self.nursery.start_soon(self._send_then, data, then)
-            return
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            return  # the connection is gone: nobody to answer
-        if then is not None:
-            then()
+    def _wake_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            trio.lowlevel.reschedule(writer)
 
-    async def _send_then(self, data: bytes, then: Callable[[], None] | None) -> None:
-        try:
-            await self.send(data)
-        except ConnectionClosed:
-            return
-        if then is not None:
-            then()
+    def abort(self) -> None:
+        """Close the connection now (the reader stops, pending requests fail)."""
+        if self._connection_scope is not None:
+            self._connection_scope.cancel()
 
     def notify(self, method: str, params: dict[str, Any] | None = None) -> bool:
-        """Send a notification if the outbound queue has room; False if it was dropped."""
-        try:
-            self._out_send.send_nowait(jsonrpc.encode_notification(method, params))
-            return True
-        except trio.WouldBlock:
+        """Send a notification unless too much waits already; False if it was dropped."""
+        if self.closed:
+            return False
+        if self._outbound_bytes > self.max_outbound_bytes // NOTIFICATION_ROOM_FRACTION:
             self.dropped += 1
             return False
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            return False
+        return self.post(jsonrpc.encode_notification(method, params))
 
-    async def respond(self, id: jsonrpc.RequestId, result: dict[str, Any]) -> None:
+    async def respond(
+        self, id: jsonrpc.RequestId, result: dict[str, Any], on_written: Callable[[], None] | None = None
+    ) -> None:
         try:
             data = jsonrpc.encode_response(id, result)
         except (ValueError, TypeError) as exc:  # e.g. NaN, or an object JSON cannot hold
             log.error("cannot encode the result for request %r: %r", id, exc)
             data = jsonrpc.encode_error(id, INTERNAL_ERROR, f"Internal error: result is not JSON: {exc}")
-        await self.send(data)
+        await self._send_answer(data, on_written)
 
-    async def respond_error(self, id: jsonrpc.RequestId | None, error: ErrorValue) -> None:
-        await self.send(jsonrpc.encode_error(id, error.code, error.message, error.data))
+    async def respond_error(
+        self, id: jsonrpc.RequestId | None, error: ErrorValue, on_written: Callable[[], None] | None = None
+    ) -> None:
+        await self._send_answer(jsonrpc.encode_error(id, error.code, error.message, error.data), on_written)
+
+    async def _send_answer(self, data: bytes, on_written: Callable[[], None] | None) -> None:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if not self.post(data, on_written):
+            raise ConnectionClosed
 
     async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """Send a request and wait for its result; an error response raises McpError."""
@@ -140,25 +183,57 @@ class Endpoint:
         # Whatever queued up while we were writing goes out in one write, where the transport
         # can (a burst of answers to pipelined requests costs one system call, not one each).
         send_many = getattr(self.transport, "send_many", None)
-        async with self._out_recv:
-            async for data in self._out_recv:
-                batch = [data]
-                while len(batch) < MAX_BATCH:
-                    try:
-                        batch.append(self._out_recv.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                if self._tracer is not None:
-                    for item in batch:
-                        self._tracer("message.out", {"connection": self.name, "data": item})
-                try:
+        outbound = self._outbound
+        while True:
+            if not outbound:
+                if self.closed:
+                    return
+                self._writer = trio.lowlevel.current_task()
+
+                def abort(_: Any) -> trio.lowlevel.Abort:
+                    self._writer = None
+                    return trio.lowlevel.Abort.SUCCEEDED
+
+                await trio.lowlevel.wait_task_rescheduled(abort)
+                continue
+            batch: list[bytes] = []
+            callbacks: list[Callable[[], None]] = []
+            self._writing = True
+            while outbound and len(batch) < MAX_BATCH:
+                data, on_written = outbound.popleft()
+                batch.append(data)
+                if on_written is not None:
+                    callbacks.append(on_written)
+            if self._tracer is not None:
+                for item in batch:
+                    self._tracer("message.out", {"connection": self.name, "data": item})
+            try:
+                with trio.move_on_after(
+                    self.write_timeout if math.isfinite(self.write_timeout) else math.inf
+                ) as timer:
                     if send_many is not None and len(batch) > 1:
                         await send_many(batch)
                     else:
                         for item in batch:
                             await self.transport.send(item)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self.closed = True
+                self.abort()
+                return
+            finally:
+                self._writing = False
+                self._outbound_bytes -= sum(len(item) for item in batch)
+            if timer.cancelled_caught:
+                log.warning(
+                    "%s: a write took over %gs; the peer is not reading: closing",
+                    self.name,
+                    self.write_timeout,
+                )
+                self.overflowed = True
+                self.abort()
+                return
+            for callback in callbacks:
+                callback()
 
     async def _read_loop(self) -> None:
         while True:
@@ -200,25 +275,32 @@ class Endpoint:
         for reply in pending.values():
             reply.fail(ConnectionClosed("connection closed"))
 
-    async def answer(self, request: jsonrpc.Request, handler: Handler) -> None:
-        """Run ``handler`` and send its result, or the JSON-RPC error it stands for.
+    async def answer(
+        self, request: jsonrpc.Request, handler: Handler, on_written: Callable[[], None] | None = None
+    ) -> bool:
+        """Run ``handler`` and send its result, or the JSON-RPC error it stands for; whether an
+        answer was queued (not for :data:`NO_RESPONSE`).
 
         Anything but McpError is a bug in a handler: logged, answered -32603, never raised.
+        ``on_written`` runs once the answer was written (not if the connection closed first).
         """
         try:
             result = await handler(request)
         except McpError as exc:
-            await self.respond_error(request.id, exc.value)
+            await self.respond_error(request.id, exc.value, on_written)
         except MailboxFull:
-            await self.respond_error(request.id, OVERLOADED)
+            await self.respond_error(request.id, OVERLOADED, on_written)
         except ConnectionClosed:
             raise
         except Exception as exc:
             log.error("handler for %s failed: %r", request.method, exc, exc_info=exc)
-            await self.respond_error(request.id, ErrorValue(INTERNAL_ERROR, f"Internal error: {exc}"))
+            error = ErrorValue(INTERNAL_ERROR, f"Internal error: {exc}")
+            await self.respond_error(request.id, error, on_written)
         else:
-            if result is not NO_RESPONSE:
-                await self.respond(request.id, result)
+            if result is NO_RESPONSE:
+                return False
+            await self.respond(request.id, result, on_written)
+        return True
 
     def on_disconnect(self) -> None:
         """Called once when the peer is gone, before pending requests fail (override)."""
@@ -231,12 +313,28 @@ class Endpoint:
     async def on_notification(self, notification: jsonrpc.Notification) -> None:
         return None
 
+    def quiet(self) -> bool:
+        """Whether no answer is on its way (override: a session's queries in flight)."""
+        return True
+
     async def run_connection(self, nursery: trio.Nursery) -> None:
-        """Read until the peer hangs up; the writer runs in ``nursery`` and is stopped here."""
+        """Read until the peer hangs up; the writer runs in ``nursery``.
+
+        When the peer ends its side cleanly (end of input), what is already on its way is
+        still written — queued messages and the answers of queries in flight — for up to
+        :data:`DRAIN_TIMEOUT` seconds: a request followed at once by end of input is answered.
+        """
         self.nursery = nursery
         nursery.start_soon(self._write_loop)
         try:
-            await self._read_loop()
+            with trio.CancelScope() as scope:
+                self._connection_scope = scope
+                await self._read_loop()
+            if not scope.cancelled_caught:
+                with trio.move_on_after(DRAIN_TIMEOUT):
+                    # A short bounded poll, once, at the end of a connection.
+                    while (self._outbound or self._writing or not self.quiet()) and not self.closed:  # noqa: ASYNC110
+                        await trio.sleep(DRAIN_POLL)
         except ConnectionClosed:
             log.debug("%s: peer went away while we were answering", self.name)
         except Exception as exc:  # a bug in a handler: close this connection, keep the process
@@ -244,6 +342,6 @@ class Endpoint:
             raise
         finally:
             self.closed = True
+            self._wake_writer()
             self.on_disconnect()
             self._fail_pending()
-            self._out_send.close()

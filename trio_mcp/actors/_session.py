@@ -56,8 +56,14 @@ log = logging.getLogger("trio_mcp")
 
 
 MAX_WAITING_REQUESTS = 256
-"""Requests one session may have outstanding (``tools/call``, ``tasks/result``, and task queries
-awaiting the supervisor) before its reader stops reading: backpressure on that client."""
+"""Requests one session may have outstanding — ``tools/call``, ``tasks/result``, task queries
+awaiting the supervisor, each until its answer is written. Past it, a new such request is
+answered at once with :data:`TOO_MANY_REQUESTS`; the reader never stops reading, so pings,
+cancellations and the client's own answers always get through."""
+
+TOO_MANY_REQUESTS = ErrorValue(
+    INTERNAL_ERROR, f"Server overloaded: at most {MAX_WAITING_REQUESTS} outstanding requests per connection"
+)
 
 
 class ToolEntry(Protocol):
@@ -92,6 +98,10 @@ class Service(Protocol):
 
 
 _session_numbers = itertools.count(1)
+
+
+def _nothing() -> None:
+    pass
 
 
 def connection_owner() -> str:
@@ -257,7 +267,9 @@ class SessionActor(Endpoint):
         self.modern = ModernDialect(service.info, service.instructions)
         """The modern era's rules: requests that carry the per-request envelope."""
         self._in_flight: dict[jsonrpc.RequestId, trio.CancelScope] = {}
-        self._slots = trio.Semaphore(MAX_WAITING_REQUESTS)
+        self._outstanding = 0
+        self._queries = 0  # task queries sent to the supervisor and not answered yet
+        self._unstarted: set[str] = set()  # created; their CreateTaskResult not written yet
         self.receiver = TaskReceiver(self, supervisor, self.owner, self.dialect)
         self.client_tasks = TaskRequestor(self)
         """Follow the tasks this session's client runs for the server (see Context.elicit_task)."""
@@ -290,6 +302,11 @@ class SessionActor(Endpoint):
         # they have open to this client fail: a disconnect cancels, it does not fail them.
         if self.connection_owned:
             self.supervisor.owner_gone(self.owner)
+        # Tasks whose CreateTaskResult was never written never started, and their ids never
+        # reached the client: whoever owns them, they go.
+        for task_id in self._unstarted:
+            self.supervisor.mailbox.put(Remove(self.owner, task_id), system=True)
+        self._unstarted.clear()
 
     def _tool_support(self, name: str) -> TaskSupport | None:
         entry = self.service.tools.get(name)
@@ -327,7 +344,7 @@ class SessionActor(Endpoint):
                 request, lambda: self.receiver.start_list(command.cursor, self.dialect.render_page)
             )
         elif isinstance(command, CallTool) and command.as_task:
-            await self._start(request, lambda: self._start_create(command, self.dialect))
+            await self._start(request, lambda: self._start_create(command, self.dialect), counted=True)
         elif isinstance(command, CallTool):
             await self._wait(request, functools.partial(self._tools_call, command, self.dialect))
         elif isinstance(command, AwaitTaskResult):
@@ -352,7 +369,7 @@ class SessionActor(Endpoint):
                 request, lambda: self.receiver.start_update(command.task_id, command.input_responses, scope)
             )
         elif isinstance(command, CallTool) and command.as_task:
-            await self._start(request, lambda: self._start_create(command, scope))
+            await self._start(request, lambda: self._start_create(command, scope), counted=True)
         elif isinstance(command, Listen):
             await self._wait(request, functools.partial(self._listen, command, scope))
         elif isinstance(command, CallTool) and command.auto_task:
@@ -374,32 +391,62 @@ class SessionActor(Endpoint):
             )
             return
         assert self._nursery is not None
-        # A bounded number of waiting requests: past it the reader waits, so a client that
-        # never reads its answers is throttled like any other (backpressure).
-        await self._slots.acquire()
+        if not await self._admit(request):
+            return
         scope = trio.CancelScope()
         self._in_flight[request.id] = scope
         self._nursery.start_soon(self._answer_in_scope, request, handler, scope)
 
-    async def _start(self, request: jsonrpc.Request, start: Callable[[], Started]) -> None:
-        await self._slots.acquire()  # bounded, like waiting requests: backpressure on the reader
+    async def _admit(self, request: jsonrpc.Request) -> bool:
+        """Count one more outstanding request, or refuse it at once past the limit."""
+        if self._outstanding >= MAX_WAITING_REQUESTS:
+            await self.respond_error(request.id, TOO_MANY_REQUESTS)
+            return False
+        self._outstanding += 1
+        return True
+
+    def _release(self) -> None:
+        self._outstanding -= 1
+
+    def quiet(self) -> bool:
+        return self._queries == 0
+
+    async def _start(
+        self, request: jsonrpc.Request, start: Callable[[], Started], *, counted: bool = False
+    ) -> None:
+        """Send a query to the supervisor and answer it from the reply's continuation.
+
+        Queries about existing tasks (get, cancel, list, update) are answered in microseconds
+        and are not counted against :data:`MAX_WAITING_REQUESTS`, so a cancel always gets
+        through; a task creation (``counted``) is, until its answer is written."""
+        if counted and not await self._admit(request):
+            return
+        release = self._release if counted else _nothing
         try:
             started = start()
         except MailboxFull:
-            self._slots.release()
+            release()
             await self.respond_error(request.id, OVERLOADED)
             return
         except Exception as exc:  # a bug: answer it, keep the connection
-            self._slots.release()
+            release()
             log.error("starting %s failed: %r", request.method, exc, exc_info=exc)
             await self.respond_error(request.id, ErrorValue(INTERNAL_ERROR, f"Internal error: {exc}"))
             return
-        started.reply.then(functools.partial(self._answer_later, request.id, started))
+        self._queries += 1
+        started.reply.then(functools.partial(self._answer_later, request.id, started, release))
 
-    def _answer_later(self, request_id: jsonrpc.RequestId, started: Started, result: Outcome[Any]) -> None:
+    def _answer_later(
+        self,
+        request_id: jsonrpc.RequestId,
+        started: Started,
+        release: Callable[[], None],
+        result: Outcome[Any],
+    ) -> None:
         # Runs in the answering actor's task: it must never raise into it.
-        self._slots.release()
+        self._queries -= 1
         after: Callable[[], None] | None = None
+        value: Any = None
         try:
             value = result.unwrap()
             rendered = started.render(value)
@@ -414,11 +461,26 @@ class SessionActor(Endpoint):
         except Exception as exc:
             log.error("answering request %r failed: %r", request_id, exc, exc_info=exc)
             data = jsonrpc.encode_error(request_id, INTERNAL_ERROR, f"Internal error: {exc}")
-        if after is not None and self.closed and isinstance(value, TaskRecord) and self.connection_owned:
-            # Created for a connection that has gone: nobody holds its id, never start it.
-            self.supervisor.mailbox.put(Remove(self.owner, value.task_id), system=True)
-            return
-        self.post(data, after)
+        if after is None:
+            written: Callable[[], None] = release
+        else:
+            start = after
+            created = value.task_id if isinstance(value, TaskRecord) else None
+            if created is not None:
+                self._unstarted.add(created)
+
+            def written() -> None:
+                release()
+                if created is not None:
+                    self._unstarted.discard(created)
+                start()  # the task's work begins once its CreateTaskResult is written
+
+        if not self.post(data, written):
+            release()
+            if after is not None and isinstance(value, TaskRecord):
+                # Created for a connection that has gone: nobody got its id, never start it.
+                self._unstarted.discard(value.task_id)
+                self.supervisor.mailbox.put(Remove(self.owner, value.task_id), system=True)
 
     async def _answer_in_scope(
         self,
@@ -426,14 +488,16 @@ class SessionActor(Endpoint):
         handler: Callable[[jsonrpc.Request], Awaitable[dict[str, Any]]],
         scope: trio.CancelScope,
     ) -> None:
+        queued = False
         try:
             with scope:
-                await self.answer(request, handler)
+                queued = await self.answer(request, handler, self._release)
         except ConnectionClosed:
             pass  # the client left; nobody to answer
         finally:
             self._in_flight.pop(request.id, None)
-            self._slots.release()
+            if not queued:  # no answer will be written (cancelled, or none due)
+                self._release()
 
     async def on_notification(self, notification: jsonrpc.Notification) -> None:
         command = self.dialect.interpret_notification(notification)

@@ -1,0 +1,165 @@
+"""What a hostile or careless client cannot do: wedge a session, grow the server's memory with
+answers it never reads, or leave tasks behind by hanging up."""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from trio_mcp import Server
+from trio_mcp.actors._endpoint import DEFAULT_MAX_OUTBOUND_BYTES, DEFAULT_WRITE_TIMEOUT
+from trio_mcp.actors._session import MAX_WAITING_REQUESTS, TOO_MANY_REQUESTS
+from trio_mcp.server import ServerRuntime
+from trio_mcp.transports.memory import MemoryTransport, memory_transport_pair
+
+REPO = Path(__file__).resolve().parents[1]
+HELLO = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+
+server = Server("hardening", version="1")
+cleaned: list[str] = []
+begun: list[str] = []
+
+
+@server.tool()
+async def wait(seconds: float) -> str:
+    begun.append("wait")
+    try:
+        await trio.sleep(seconds)
+    finally:
+        cleaned.append("wait")
+    return "waited"
+
+
+@server.tool()
+async def big(size: int) -> str:
+    return "x" * size
+
+
+def request(id: int, method: str, params: dict[str, Any] | None = None) -> bytes:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
+    if params is not None:
+        message["params"] = params
+    return json.dumps(message).encode()
+
+
+async def responses(wire: MemoryTransport, count: int) -> dict[int, dict[str, Any]]:
+    """The next ``count`` responses by id (notifications skipped)."""
+    out: dict[int, dict[str, Any]] = {}
+    while len(out) < count:
+        message = json.loads(await wire.receive())
+        if "id" in message:
+            out[message["id"]] = message
+    return out
+
+
+async def open_session(runtime: ServerRuntime, nursery: trio.Nursery, **pair: Any) -> MemoryTransport:
+    client_side, server_side = memory_transport_pair(**pair)
+    nursery.start_soon(runtime.serve, server_side)
+    await client_side.send(request(0, "initialize", HELLO))
+    assert "result" in (await responses(client_side, 1))[0]
+    return client_side
+
+
+async def test_waiting_requests_never_stop_the_reader(autojump_clock: Any) -> None:
+    async with server.open() as runtime, trio.open_nursery() as nursery:
+        wire = await open_session(runtime, nursery)
+        await wire.send(request(1, "tools/call", {"name": "wait", "arguments": {"seconds": 15}, "task": {}}))
+        task_id = (await responses(wire, 1))[1]["result"]["task"]["taskId"]
+        # More tasks/result waiters than a session may have outstanding…
+        for n in range(100, 100 + MAX_WAITING_REQUESTS + 44):
+            await wire.send(request(n, "tasks/result", {"taskId": task_id}))
+        # …and behind them a ping and a cancel, which are read and answered at once.
+        await wire.send(request(2, "ping"))
+        await wire.send(request(3, "tasks/cancel", {"taskId": task_id}))
+        answered = await responses(wire, 44 + 2)
+        assert trio.current_time() == 0
+        refused = [n for n, m in answered.items() if n >= 100]
+        assert len(refused) == 44  # the ones past the limit, refused at once
+        assert all(answered[n]["error"] == TOO_MANY_REQUESTS.to_json() for n in refused)
+        assert answered[2]["result"] == {}
+        assert answered[3]["result"]["status"] == "cancelled"
+        # The waiters are answered by the cancel (tasks/result of a cancelled task: -32011).
+        waiters = await responses(wire, MAX_WAITING_REQUESTS)
+        assert {m["error"]["code"] for m in waiters.values()} == {-32011}
+        assert trio.current_time() == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_client_that_never_reads_is_disconnected_at_the_byte_limit() -> None:
+    async with server.open() as runtime, trio.open_nursery() as nursery:
+        # buffer=0: nothing is buffered between us and the server's writer, so what we do not
+        # read stays in the server's outbound queue.
+        wire = await open_session(runtime, nursery, buffer=0)
+        size = 1024 * 1024
+        sent = 0
+        with trio.fail_after(10), pytest.raises(trio.BrokenResourceError):
+            while True:  # never reading: the server gives up on us once 16 MiB wait
+                sent += 1
+                await wire.send(request(sent, "tools/call", {"name": "big", "arguments": {"size": size}}))
+        assert DEFAULT_MAX_OUTBOUND_BYTES // size <= sent <= DEFAULT_MAX_OUTBOUND_BYTES // size + 3
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_client_that_stops_reading_is_let_go_after_the_write_timeout(autojump_clock: Any) -> None:
+    async with server.open() as runtime, trio.open_nursery() as nursery:
+        wire = await open_session(runtime, nursery, buffer=0)
+        await wire.send(
+            request(1, "tools/call", {"name": "wait", "arguments": {"seconds": 3600}, "task": {}})
+        )
+        started = trio.current_time()
+        with pytest.raises((trio.EndOfChannel, trio.BrokenResourceError)):
+            await trio.sleep(DEFAULT_WRITE_TIMEOUT + 1)  # we read nothing meanwhile
+            await wire.receive()  # the CreateTaskResult was never written: the server gave up
+            await wire.receive()
+        assert trio.current_time() - started >= DEFAULT_WRITE_TIMEOUT
+        await trio.testing.wait_all_tasks_blocked()
+        # The session ended, and its never-started task with it.
+        assert runtime.supervisor.actors == 0
+        assert len(runtime.supervisor.store) == 0  # type: ignore[arg-type]
+        nursery.cancel_scope.cancel()
+
+
+async def test_tasks_created_just_before_a_close_are_not_left_behind(autojump_clock: Any) -> None:
+    for owner in (None, "identity:alice"):
+        cleaned.clear()
+        begun.clear()
+        async with server.open() as runtime, trio.open_nursery() as nursery:
+            client_side, server_side = memory_transport_pair(buffer=0)
+            nursery.start_soon(functools.partial(runtime.serve, server_side, owner=owner))
+            for n in range(1, 21):
+                args = {"name": "wait", "arguments": {"seconds": 3600}, "task": {}}
+                await client_side.send(request(n, "tools/call", args))
+            await client_side.aclose()  # at once, answers unread
+            await trio.sleep(1)
+            await trio.testing.wait_all_tasks_blocked()
+            store: Any = runtime.supervisor.store
+            if owner is None:  # the connection's tasks went with it
+                assert (runtime.supervisor.actors, len(store), len(begun) - len(cleaned)) == (0, 0, 0)
+            else:
+                # An identity's tasks outlive the connection, but only those whose id reached the
+                # client (their work started): none is left never-started.
+                assert runtime.supervisor.actors == len(begun) - len(cleaned) == len(store)
+            nursery.cancel_scope.cancel()
+
+
+def test_a_request_followed_at_once_by_end_of_input_is_answered() -> None:
+    lines = [request(1, "initialize", HELLO), request(2, "ping"), request(3, "tools/list")]
+    # (All of it, and the end of input, arrive before the server reads its first line.)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "demo_server.py")],
+        input=b"\n".join(lines) + b"\n",
+        capture_output=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    answers = {m["id"]: m for m in map(json.loads, done.stdout.splitlines()) if "id" in m}
+    assert sorted(answers) == [1, 2, 3]
+    assert answers[2]["result"] == {}
+    assert [t["name"] for t in answers[3]["result"]["tools"]][:2] == ["echo", "sleep"]
