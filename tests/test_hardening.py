@@ -3,8 +3,10 @@ answers it never reads, or leave tasks behind by hanging up."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +15,10 @@ from typing import Any
 import pytest
 import trio
 
-from trio_mcp import Server
+from trio_mcp import Context, Server, connect_in_memory
 from trio_mcp.actors._endpoint import DEFAULT_MAX_OUTBOUND_BYTES, DEFAULT_WRITE_TIMEOUT
 from trio_mcp.actors._session import MAX_WAITING_REQUESTS, TOO_MANY_REQUESTS
+from trio_mcp.protocol.messages import ElicitRequestParams, ElicitResult
 from trio_mcp.server import ServerRuntime
 from trio_mcp.transports.memory import MemoryTransport, memory_transport_pair
 
@@ -163,3 +166,80 @@ def test_a_request_followed_at_once_by_end_of_input_is_answered() -> None:
     assert sorted(answers) == [1, 2, 3]
     assert answers[2]["result"] == {}
     assert [t["name"] for t in answers[3]["result"]["tools"]][:2] == ["echo", "sleep"]
+
+
+# ----------------------------------------------------------------------------- a new user's first tools
+
+
+@dataclasses.dataclass
+class Loan:
+    amount: float
+    months: int
+
+
+newcomer = Server("newcomer", version="1")
+
+
+@newcomer.tool  # bare, without parentheses: registered all the same
+async def loan(amount: float) -> Loan:
+    return Loan(amount, 12)
+
+
+@newcomer.tool()
+async def opaque() -> object:
+    return object()
+
+
+@newcomer.tool()
+async def not_a_number() -> float:
+    return float("nan")
+
+
+@newcomer.tool()
+async def broken() -> str:
+    raise RuntimeError("disk on fire")
+
+
+withdrawn: list[str] = []
+
+
+@newcomer.tool()
+async def impatient(ctx: Context) -> str:
+    with trio.move_on_after(5):  # gives up on the question: the request is withdrawn
+        await ctx.elicit("Still there?", {"type": "object", "properties": {}})
+        return "answered"
+    return "gave up"
+
+
+async def test_newcomer_tools_behave(caplog: pytest.LogCaptureFixture, autojump_clock: Any) -> None:
+    async def never_answers(params: ElicitRequestParams) -> ElicitResult:
+        try:
+            await trio.sleep_forever()
+        finally:
+            withdrawn.append(params.message)
+        raise AssertionError("unreachable")
+
+    async with connect_in_memory(newcomer, on_elicit=never_answers) as client:
+        assert [t.name for t in await client.list_tools()] == [
+            "loan",
+            "opaque",
+            "not_a_number",
+            "broken",
+            "impatient",
+        ]
+        result = await client.call_tool("loan", {"amount": 100})
+        assert result.structured_content == {"amount": 100.0, "months": 12}
+        assert json.loads(result.text) == {"amount": 100.0, "months": 12}
+        with caplog.at_level(logging.WARNING, logger="trio_mcp"):
+            bad = await client.call_tool("opaque")
+            nan = await client.call_tool("not_a_number")
+            boom = await client.call_tool("broken")
+        assert bad.is_error and "returned a value that cannot be sent as JSON" in bad.text
+        assert nan.is_error and "cannot be sent as JSON" in nan.text
+        assert boom.is_error and boom.text == "disk on fire"
+        levels = {(r.levelname, r.getMessage().split(" ")[1]) for r in caplog.records}
+        assert {("ERROR", "opaque"), ("ERROR", "not_a_number"), ("WARNING", "broken")} <= levels
+        # The server withdraws its question (notifications/cancelled): our handler stops at once.
+        assert (await client.call_tool("impatient")).text == "gave up"
+        await trio.testing.wait_all_tasks_blocked()
+        assert withdrawn == ["Still there?"]

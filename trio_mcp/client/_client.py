@@ -43,6 +43,7 @@ from ..protocol.errors import (
 from ..protocol.handshake import HandshakeDialect
 from ..protocol.messages import (
     CallToolResult,
+    CancelledParams,
     CreateMessageParams,
     CreateMessageResult,
     CreateTaskResult,
@@ -141,6 +142,7 @@ class Client(Endpoint):
         self._tokens = itertools.count(1)
         self.status_callbacks: list[StatusCallback] = []
         self._answered: dict[str, set[str]] = {}
+        self._serving: dict[jsonrpc.RequestId, trio.CancelScope] = {}  # the server's requests we answer
 
     # -- incoming -------------------------------------------------------------------------
     @property
@@ -200,7 +202,24 @@ class Client(Endpoint):
 
             await self.answer(request, as_task)
         else:
-            self.nursery.start_soon(self.answer, request, plain)
+            scope = trio.CancelScope()
+            self._serving[request.id] = scope
+            self.nursery.start_soon(self._answer_withdrawable, request, plain, scope)
+
+    async def _answer_withdrawable(
+        self,
+        request: jsonrpc.Request,
+        handler: Callable[[jsonrpc.Request], Awaitable[dict[str, Any]]],
+        scope: trio.CancelScope,
+    ) -> None:
+        """Answer a server request unless the server withdraws it (``notifications/cancelled``):
+        then the handler is cancelled and, as the spec asks, nothing is answered."""
+        try:
+            with scope:
+                await self.answer(request, handler)
+        finally:
+            if self._serving.get(request.id) is scope:
+                del self._serving[request.id]
 
     async def _serve_tasks(self, request: jsonrpc.Request, receiver: TaskReceiver) -> None:
         method = request.method
@@ -239,6 +258,11 @@ class Client(Endpoint):
                 task = structure(notification.params, Task)
                 for on_status in self.status_callbacks:
                     on_status(task)
+            elif notification.method == "notifications/cancelled":
+                withdrawn = structure(notification.params, CancelledParams).request_id
+                scope = self._serving.get(withdrawn) if withdrawn is not None else None
+                if scope is not None:
+                    scope.cancel()
         except McpError:
             pass  # a malformed notification from the server is not worth dying for
 

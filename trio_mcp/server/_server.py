@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import inspect
 import json
@@ -19,7 +20,7 @@ import time
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import attrs
 import trio
@@ -79,12 +80,17 @@ class RegisteredTool:
         if self.context_param is not None:
             kwargs[self.context_param] = Context(call)
         try:
-            return to_result(await self.fn(**kwargs))
+            value = await self.fn(**kwargs)
         except McpError:
             raise
         except Exception as exc:
-            log.info("tool %s raised %r", self.name, exc)
+            log.warning("tool %s raised %r", self.name, exc, exc_info=exc)
             return error_result(str(exc) or type(exc).__name__)
+        try:
+            return to_result(value)
+        except (TypeError, ValueError) as exc:  # a bug in the tool: say so loudly, answer isError
+            log.error("tool %s returned a value that is not JSON: %r", self.name, exc, exc_info=exc)
+            return error_result(f"Tool '{self.name}' returned a value that cannot be sent as JSON: {exc}")
 
 
 _CONTENT_CLASSES = (TextContent, ImageContent, AudioContent, ResourceLink, EmbeddedResource)
@@ -97,9 +103,17 @@ def error_result(message: str) -> CallToolResult:
 def to_result(value: Any) -> CallToolResult:
     """Turn a tool's return value into a CallToolResult.
 
-    ``str`` → one text block; a content block or a list of them → content; ``dict`` or attrs
-    instance → ``structuredContent`` plus its JSON as text; ``None`` → no content; anything
-    else JSON-serialisable → its JSON as text.
+    ``str`` → one text block; a content block or a list of them → content; ``dict``, attrs
+    instance or dataclass → ``structuredContent`` plus its JSON as text; ``None`` → no content;
+    anything else JSON-serialisable → its JSON as text. A value JSON cannot hold (an arbitrary
+    object, NaN) raises TypeError or ValueError.
+
+    >>> import dataclasses
+    >>> @dataclasses.dataclass
+    ... class Loan:
+    ...     amount: float
+    >>> to_result(Loan(12.5)).structured_content
+    {'amount': 12.5}
     """
     if isinstance(value, CallToolResult):
         return value
@@ -113,9 +127,12 @@ def to_result(value: Any) -> CallToolResult:
         return CallToolResult(content=list(value))
     if attrs.has(type(value)):
         value = unstructure(value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    text = json.dumps(value, allow_nan=False)
     if isinstance(value, dict):
-        return CallToolResult(content=[TextContent(json.dumps(value))], structured_content=value)
-    return CallToolResult(content=[TextContent(json.dumps(value))])
+        return CallToolResult(content=[TextContent(text)], structured_content=value)
+    return CallToolResult(content=[TextContent(text)])
 
 
 def _context_param(fn: Callable[..., Any]) -> str | None:
@@ -156,6 +173,10 @@ class Server:
         retries (several behind one load balancer) need the same ``state_key`` (32 random
         bytes); by default each server makes its own."""
 
+    @overload
+    def tool(self, name: F, /) -> F: ...
+
+    @overload
     def tool(
         self,
         name: str | None = None,
@@ -165,16 +186,34 @@ class Server:
         task_support: TaskSupport = "optional",
         annotations: dict[str, Any] | None = None,
         immediate_response: str | None = None,
-    ) -> Callable[[F], F]:
+    ) -> Callable[[F], F]: ...
+
+    def tool(
+        self,
+        name: str | F | None = None,
+        *,
+        title: str | None = None,
+        description: str | None = None,
+        task_support: TaskSupport = "optional",
+        annotations: dict[str, Any] | None = None,
+        immediate_response: str | None = None,
+    ) -> Callable[[F], F] | F:
         """Register an async function as a tool. Its ``inputSchema`` comes from its type hints;
         a parameter annotated :class:`Context` receives the call's context.
         ``immediate_response`` is text for the model while a task runs, sent as
-        ``_meta["io.modelcontextprotocol/model-immediate-response"]`` of the CreateTaskResult."""
+        ``_meta["io.modelcontextprotocol/model-immediate-response"]`` of the CreateTaskResult.
+
+        Use it as ``@server.tool()`` (with options) or bare, ``@server.tool``.
+        """
+        if callable(name):  # bare @server.tool: we were given the function itself
+            self.add_tool(name)
+            return name
+        tool_name = name
 
         def register(fn: F) -> F:
             self.add_tool(
                 fn,
-                name=name,
+                name=tool_name,
                 title=title,
                 description=description,
                 task_support=task_support,
