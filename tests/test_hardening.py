@@ -7,8 +7,10 @@ import dataclasses
 import functools
 import json
 import logging
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -243,3 +245,67 @@ async def test_newcomer_tools_behave(caplog: pytest.LogCaptureFixture, autojump_
         assert (await client.call_tool("impatient")).text == "gave up"
         await trio.testing.wait_all_tasks_blocked()
         assert withdrawn == ["Still there?"]
+
+
+# ----------------------------------------------------------------------------- shutdown and broken pipes
+
+
+def spawn_demo() -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "examples" / "demo_server.py")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def read_message(process: subprocess.Popen[bytes]) -> dict[str, Any]:
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line, "the server closed its output"
+    message: dict[str, Any] = json.loads(line)
+    return message
+
+
+def test_sigterm_answers_pending_requests_and_exits_zero() -> None:
+    process = spawn_demo()
+    assert process.stdin is not None
+    try:
+        process.stdin.write(request(1, "initialize", HELLO) + b"\n")
+        process.stdin.flush()
+        assert read_message(process)["id"] == 1
+        process.stdin.write(request(2, "tools/call", {"name": "sleep", "arguments": {"seconds": 60}}) + b"\n")
+        process.stdin.write(request(3, "ping") + b"\n")
+        process.stdin.flush()
+        assert read_message(process) == {"jsonrpc": "2.0", "id": 3, "result": {}}  # the call is running
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        answer = read_message(process)
+        assert answer["id"] == 2 and answer["error"]["code"] == -32603
+        assert "shutting down" in answer["error"]["message"]
+        assert process.wait(timeout=10) == 0
+        assert time.monotonic() - started < 5
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_closed_output_ends_the_server_at_once() -> None:
+    process = spawn_demo()
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(request(1, "initialize", HELLO) + b"\n")
+        process.stdin.flush()
+        assert read_message(process)["id"] == 1
+        args = {"name": "sleep", "arguments": {"seconds": 600}, "task": {}}
+        process.stdin.write(request(2, "tools/call", args) + b"\n")
+        process.stdin.flush()
+        assert read_message(process)["result"]["task"]["status"] == "working"
+        process.stdout.close()  # the client stops reading for good: the next write is EPIPE
+        process.stdin.write(request(3, "ping") + b"\n")
+        process.stdin.flush()
+        # Input stays open, yet the server ends (its task cancelled) instead of running on.
+        assert process.wait(timeout=10) == 0
+    finally:
+        process.kill()
+        process.wait()

@@ -23,15 +23,25 @@ RELATED_TASK_KEY = "io.modelcontextprotocol/related-task"
 def test_sdk_client_answers_elicitation_of_a_task() -> None:
     seen: list[types.ElicitRequestParams] = []
 
+    statuses: list[str] = []
+
     async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         seen.append(params)
         return types.ElicitResult(action="accept", content={"answer": "blue"})
+
+    async def on_message(message: Any) -> None:
+        # The SDK answers the question at once, so polling may never catch the short
+        # input_required; the task's status notifications show every step.
+        if isinstance(message, types.ServerNotification) and isinstance(
+            message.root, types.TaskStatusNotification
+        ):
+            statuses.append(message.root.params.status)
 
     async def main() -> None:
         params = StdioServerParameters(command=sys.executable, args=[str(DEMO)], cwd=REPO_ROOT)
         async with (
             stdio_client(params, errlog=sys.stderr) as (read, write),
-            ClientSession(read, write, elicitation_callback=on_elicit) as session,
+            ClientSession(read, write, elicitation_callback=on_elicit, message_handler=on_message) as session,
         ):
             with anyio.fail_after(8):
                 await session.initialize()
@@ -40,17 +50,12 @@ def test_sdk_client_answers_elicitation_of_a_task() -> None:
                 )
                 task_id = created.task.taskId
                 assert (created.meta or {}).get("io.modelcontextprotocol/model-immediate-response")
-                for _ in range(100):  # poll until the task asks for input
-                    status = await session.experimental.get_task(task_id)
-                    if status.status != "working":
-                        break
-                    await anyio.sleep(0.05)
-                assert status.status == "input_required"
                 result = await session.experimental.get_task_result(task_id, types.CallToolResult)
                 assert not result.isError
                 [block] = result.content
                 assert isinstance(block, types.TextContent) and block.text == "The user answered: blue"
                 assert (await session.experimental.get_task(task_id)).status == "completed"
+                assert statuses == ["input_required", "working", "completed"]
 
     anyio.run(main, backend="asyncio")
     [request] = seen

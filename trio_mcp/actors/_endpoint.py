@@ -83,6 +83,7 @@ class Endpoint:
         self._writer: trio.lowlevel.Task | None = None
         self._writing = False
         self._connection_scope: trio.CancelScope | None = None
+        self._read_scope: trio.CancelScope | None = None
         self._pending: dict[jsonrpc.RequestId, Reply[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
         self.dropped = 0
@@ -126,6 +127,11 @@ class Endpoint:
         writer, self._writer = self._writer, None
         if writer is not None:
             trio.lowlevel.reschedule(writer)
+
+    def stop_reading(self) -> None:
+        """Read nothing more; what is queued is still written (as after the peer's end of input)."""
+        if self._read_scope is not None:
+            self._read_scope.cancel()
 
     def abort(self) -> None:
         """Close the connection now (the reader stops, pending requests fail)."""
@@ -329,7 +335,8 @@ class Endpoint:
         try:
             with trio.CancelScope() as scope:
                 self._connection_scope = scope
-                await self._read_loop()
+                with trio.CancelScope() as self._read_scope:
+                    await self._read_loop()
             if not scope.cancelled_caught:
                 with trio.move_on_after(DRAIN_TIMEOUT):
                     # A short bounded poll, once, at the end of a connection.

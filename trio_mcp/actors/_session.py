@@ -61,6 +61,8 @@ awaiting the supervisor, each until its answer is written. Past it, a new such r
 answered at once with :data:`TOO_MANY_REQUESTS`; the reader never stops reading, so pings,
 cancellations and the client's own answers always get through."""
 
+SHUTTING_DOWN = ErrorValue(INTERNAL_ERROR, "Server shutting down: the request was cancelled")
+
 TOO_MANY_REQUESTS = ErrorValue(
     INTERNAL_ERROR, f"Server overloaded: at most {MAX_WAITING_REQUESTS} outstanding requests per connection"
 )
@@ -296,6 +298,15 @@ class SessionActor(Endpoint):
             with trio.CancelScope(shield=True):
                 await self.transport.aclose()
             trace("actor.stop", {"actor": "SessionActor", "name": self.name})
+
+    def shutdown(self) -> None:
+        """The server is stopping: answer every waiting request with :data:`SHUTTING_DOWN`
+        (its work is cancelled) and read nothing more."""
+        for request_id, scope in list(self._in_flight.items()):
+            scope.cancel()
+            self.post(jsonrpc.encode_error(request_id, SHUTTING_DOWN.code, SHUTTING_DOWN.message))
+        self._in_flight.clear()
+        self.stop_reading()
 
     def on_disconnect(self) -> None:
         # Remove the connection's tasks first, so their work is cancelled before the requests

@@ -15,6 +15,7 @@ import gc
 import inspect
 import json
 import logging
+import signal
 import sys
 import time
 import typing
@@ -49,7 +50,15 @@ from ..transports.base import Transport
 from ..transports.stdio import open_stdio_transport
 from ._context import Context
 
-__all__ = ["GC_THRESHOLD", "RegisteredTool", "Server", "ServerRuntime", "tune_gc"]
+__all__ = [
+    "GC_THRESHOLD",
+    "SHUTDOWN_GRACE",
+    "RegisteredTool",
+    "Server",
+    "ServerRuntime",
+    "default_store",
+    "tune_gc",
+]
 
 log = logging.getLogger("trio_mcp")
 
@@ -296,8 +305,28 @@ class Server:
         async with open_stdio_transport() as transport:
             await self.serve(transport)
 
+    async def serve_stdio_until_signalled(self) -> None:
+        """Serve over stdio until stdin closes, or until SIGTERM or SIGINT: then shut down
+        cleanly (see :meth:`ServerRuntime.shutdown`) and return."""
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with self.open() as runtime, trio.open_nursery() as nursery:
+
+                async def serve() -> None:
+                    async with open_stdio_transport() as transport:
+                        await runtime.serve(transport)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(serve)
+                async for signum in signals:
+                    log.info("signal %d: shutting down", signum)
+                    await runtime.shutdown()
+                    nursery.cancel_scope.cancel()
+                    break
+
     def run(self, *, gc_tuning: bool = True) -> None:
-        """Blocking entry point: serve over stdio, logging to stderr.
+        """Blocking entry point: serve over stdio, logging to stderr, until stdin closes or
+        SIGTERM/SIGINT arrives; either way the process then exits with status 0, pending
+        requests answered (:data:`SHUTDOWN_GRACE`).
 
         ``gc_tuning`` applies :func:`tune_gc` first (this process is then a server: say False
         when embedding it in a program that manages the collector itself).
@@ -305,7 +334,7 @@ class Server:
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
         if gc_tuning:
             tune_gc()
-        trio.run(self.serve_stdio)
+        trio.run(self.serve_stdio_until_signalled)
 
 
 def default_store() -> TaskStore:
@@ -326,6 +355,9 @@ def tune_gc() -> None:
     gc.set_threshold(GC_THRESHOLD, 50, 1000)
 
 
+SHUTDOWN_GRACE = 2.0
+"""Seconds :meth:`ServerRuntime.shutdown` gives the answers to pending requests to be written."""
+
 GC_THRESHOLD = 20_000
 """Allocations between young-generation collections under :func:`tune_gc` (CPython: 700)."""
 
@@ -336,6 +368,18 @@ class ServerRuntime:
 
     server: Server
     supervisor: TaskSupervisor
+    sessions: set[SessionActor] = attrs.Factory(set)
+    """The sessions being served now."""
+
+    async def shutdown(self, grace: float = SHUTDOWN_GRACE) -> None:
+        """Stop serving cleanly: every request still waiting is answered with an error
+        (-32603 "server shutting down") and its work cancelled, and what is queued for each
+        client is written, for at most ``grace`` seconds. Cancel the serving nursery after."""
+        for session in list(self.sessions):
+            session.shutdown()
+        with trio.move_on_after(grace):
+            while any(session.outbound_bytes for session in self.sessions):  # noqa: ASYNC110
+                await trio.sleep(0.01)  # bounded, once, at the end of the process
 
     async def serve(self, transport: Transport, *, owner: str | None = None) -> None:
         """Run a session actor on ``transport`` until the peer hangs up.
@@ -345,7 +389,10 @@ class ServerRuntime:
         an explicit owner (an authenticated identity) outlive it.
         """
         session = SessionActor(self.server, self.supervisor, transport, owner=owner)
+        self.sessions.add(session)
         try:
             await session.run()
         except Exception as exc:  # the supervisor's decision: a crashed session closes its connection
             log.error("%s crashed; its connection is closed: %r", session.name, exc, exc_info=exc)
+        finally:
+            self.sessions.discard(session)
