@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 import trio
 
-from trio_mcp import Context, Server, connect_in_memory
+from trio_mcp import Context, McpError, Server, TaskLimits, TaskStatus, connect, connect_in_memory
 from trio_mcp.actors._endpoint import DEFAULT_MAX_OUTBOUND_BYTES, DEFAULT_WRITE_TIMEOUT
 from trio_mcp.actors._session import MAX_WAITING_REQUESTS, TOO_MANY_REQUESTS
+from trio_mcp.protocol.errors import TASK_LIMIT_REACHED
 from trio_mcp.protocol.messages import ElicitRequestParams, ElicitResult
 from trio_mcp.server import ServerRuntime
 from trio_mcp.transports.memory import MemoryTransport, memory_transport_pair
@@ -309,3 +310,55 @@ def test_a_closed_output_ends_the_server_at_once() -> None:
     finally:
         process.kill()
         process.wait()
+
+
+# --------------------------------------------------------------------- what one owner can make us keep
+
+
+async def test_finished_tasks_count_until_they_expire(autojump_clock: Any) -> None:
+    limited = Server("kept", version="1", limits=TaskLimits(max_tasks_per_owner=3, default_ttl_ms=60_000))
+
+    @limited.tool()
+    async def quick(size: int) -> str:
+        return "x" * size
+
+    async with connect_in_memory(limited) as client:
+        for _ in range(3):
+            created = await client.call_tool_as_task("quick", {"size": 10})
+            assert (await client.task_result(created.task.task_id)).text == "x" * 10
+        with pytest.raises(McpError) as refused:
+            await client.call_tool_as_task("quick", {"size": 10})
+        assert refused.value.code == TASK_LIMIT_REACHED and "finished ones included" in refused.value.message
+        await trio.sleep(61)  # they expire: room again
+        await client.call_tool_as_task("quick", {"size": 10})
+
+
+async def test_live_tasks_are_capped_across_owners(autojump_clock: Any) -> None:
+    limited = Server("live", version="1", limits=TaskLimits(max_live_tasks=2))
+    limited.add_tool(wait)
+    async with limited.open() as runtime, trio.open_nursery() as nursery:
+        pairs = [memory_transport_pair() for _ in range(2)]
+        for _, server_side in pairs:
+            nursery.start_soon(runtime.serve, server_side)
+        async with connect(pairs[0][0]) as first, connect(pairs[1][0]) as second:
+            await first.call_tool_as_task("wait", {"seconds": 100})
+            await first.call_tool_as_task("wait", {"seconds": 100})
+            with pytest.raises(McpError, match="Server at capacity") as refused:
+                await second.call_tool_as_task("wait", {"seconds": 100})  # another owner
+            assert refused.value.code == TASK_LIMIT_REACHED
+            await trio.sleep(101)  # they end: room again
+            await second.call_tool_as_task("wait", {"seconds": 1})
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_result_over_the_size_limit_fails_its_task(autojump_clock: Any) -> None:
+    limited = Server("sized", version="1", limits=TaskLimits(max_result_bytes=1_000))
+    limited.add_tool(big)
+    async with connect_in_memory(limited) as client:
+        small = await client.call_tool_as_task("big", {"size": 100})
+        assert (await client.task_result(small.task.task_id)).text == "x" * 100
+        large = await client.call_tool_as_task("big", {"size": 5_000})
+        with pytest.raises(McpError) as failed:
+            await client.task_result(large.task.task_id)
+        assert failed.value.code == -32603 and "exceeds the 1000 byte limit" in failed.value.message
+        assert (await client.get_task(large.task.task_id)).status == TaskStatus.FAILED

@@ -67,6 +67,15 @@ class TaskLimits:
     """Suggested polling interval reported in every task."""
     max_live_tasks_per_owner: int = 10_000
     """Non-terminal tasks one owner may have at once."""
+    max_tasks_per_owner: int = 20_000
+    """Tasks one owner may have kept at once, finished ones included (each keeps its result
+    until its TTL ends): past it, creation fails until some expire."""
+    max_live_tasks: int = 100_000
+    """Non-terminal tasks of all owners together, in this process."""
+    max_result_bytes: int = 8 * 1024 * 1024
+    """Largest result a task keeps (its JSON size): a larger one fails the task with -32603,
+    so a finished task never holds more than this. Together with ``max_tasks_per_owner`` it
+    bounds what one owner can make the server keep."""
     list_page_size: int = 100
     """Tasks per ``tasks/list`` page."""
     auto_task_after_ms: int = 1_000
@@ -193,6 +202,9 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self._deadlines: list[tuple[float, str]] = []
         self._deadline_of: dict[str, float] = {}
         self._watchers: dict[str, list[Callable[[TaskRecord], None]]] = {}
+        self._live_total = 0
+        self._kept: dict[str, int] = {}  # tasks kept per owner (created here, not yet removed)
+        self._owner_of: dict[str, str] = {}
         self._timer = trio.CancelScope()
         self._nursery: trio.Nursery | None = None
 
@@ -249,20 +261,33 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         running work is cancelled before its pending requests fail."""
         for task_id in list(self._live.get(owner, ())):
             actor = self._actors.pop(task_id, None)
+            self._forget_live(owner, task_id)
             if actor is not None:
                 self._deliver(actor, Stop(GONE))
-        self._live.pop(owner, None)
         self.mailbox.put(_DropOwner(owner), system=True)
 
     # -- creation -------------------------------------------------------------------------
-    async def _create(self, message: CreateTask) -> None:
-        if self.live_count(message.owner) >= self.limits.max_live_tasks_per_owner:
-            message.reply.fail(
-                ErrorValue(
-                    TASK_LIMIT_REACHED,
-                    f"Too many live tasks: at most {self.limits.max_live_tasks_per_owner} per requestor",
-                ).exception()
+    def _refusal(self, owner: str) -> ErrorValue | None:
+        limits = self.limits
+        if self.live_count(owner) >= limits.max_live_tasks_per_owner:
+            return ErrorValue(
+                TASK_LIMIT_REACHED,
+                f"Too many live tasks: at most {limits.max_live_tasks_per_owner} per requestor",
             )
+        if self._kept.get(owner, 0) >= limits.max_tasks_per_owner:
+            return ErrorValue(
+                TASK_LIMIT_REACHED,
+                f"Too many tasks kept: at most {limits.max_tasks_per_owner} per requestor, finished ones "
+                "included, until they expire",
+            )
+        if self._live_total >= limits.max_live_tasks:
+            return ErrorValue(TASK_LIMIT_REACHED, "Server at capacity: too many live tasks; retry later")
+        return None
+
+    async def _create(self, message: CreateTask) -> None:
+        refusal = self._refusal(message.owner)
+        if refusal is not None:
+            message.reply.fail(refusal.exception())
             return
         ttl = self.limits.grant_ttl(message.ttl_ms)
         record = new_record(
@@ -286,12 +311,16 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             on_change=self._changed,
             watcher=message.watcher,
             tracer=self.tracer,
+            max_result_bytes=self.limits.max_result_bytes,
         )
         if self.tracer is not no_trace:
             self.tracer("task.created", {"task_id": task_id, "status": record.status.value, "ttl": ttl})
             self.tracer("actor.start", {"actor": "TaskActor", "name": task_id})
         self._actors[task_id] = actor
         self._live.setdefault(message.owner, set()).add(task_id)
+        self._live_total += 1
+        self._kept[message.owner] = self._kept.get(message.owner, 0) + 1
+        self._owner_of[task_id] = message.owner
         deadline = trio.current_time() + ttl / 1000
         self._deadline_of[task_id] = deadline
         heapq.heappush(self._deadlines, (deadline, task_id))
@@ -443,6 +472,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         if self._deadline_of.pop(task_id, None) is not None:
             self._compact_deadlines()
         self._watchers.pop(task_id, None)
+        self._forget_kept(task_id)
         actor = self._actors.pop(task_id, None)
         if actor is not None:
             self._forget_live(actor.owner, task_id)
@@ -484,10 +514,20 @@ class TaskSupervisor(Actor[SupervisorMessage]):
 
     def _forget_live(self, owner: str, task_id: str) -> None:
         live = self._live.get(owner)
-        if live is not None:
+        if live is not None and task_id in live:
             live.discard(task_id)
+            self._live_total -= 1
             if not live:
                 del self._live[owner]
+
+    def _forget_kept(self, task_id: str) -> None:
+        owner = self._owner_of.pop(task_id, None)
+        if owner is not None:
+            left = self._kept[owner] - 1
+            if left:
+                self._kept[owner] = left
+            else:
+                del self._kept[owner]
 
     # -- crashes --------------------------------------------------------------------------
     def _on_crash(self, actor: TaskActor, error: BaseException) -> None:

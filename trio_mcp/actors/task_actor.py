@@ -22,6 +22,7 @@ stored, the supervisor forgets the actor and the task is a record in the store.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -105,6 +106,7 @@ class TaskActor:
         "_input_seq",
         "_input_waits",
         "_inputs",
+        "_max_result_bytes",
         "_on_change",
         "_scope",
         "_stopped",
@@ -124,6 +126,7 @@ class TaskActor:
         on_change: Callable[[TaskActor, TaskRecord], None],
         watcher: Callable[[TaskRecord], None] | None = None,
         tracer: Tracer = no_trace,
+        max_result_bytes: int | None = None,
     ) -> None:
         self._tracer = tracer if tracer is not no_trace else None
         self.record = record
@@ -138,6 +141,7 @@ class TaskActor:
         self._inputs: dict[str, Reply[Any]] = {}
         self._input_seq = 0
         self._stopped: ErrorValue | None = None
+        self._max_result_bytes = max_result_bytes
 
     @property
     def task_id(self) -> str:
@@ -254,9 +258,23 @@ class TaskActor:
                 except Exception as exc:
                     outcome = TaskOutcome.from_error(ErrorValue(INTERNAL_ERROR, f"Internal error: {exc}"))
             if outcome is not None and self._stopped is None:
-                self.settle(outcome)
+                self.settle(self._bounded(outcome))
         except Exception as exc:
             on_crash(self, exc)
+
+    def _bounded(self, outcome: TaskOutcome) -> TaskOutcome:
+        """The outcome to keep: a result over ``max_result_bytes`` (JSON) is replaced by an error."""
+        limit = self._max_result_bytes
+        if limit is None or outcome.result is None:
+            return outcome
+        size = len(json.dumps(outcome.result, separators=(",", ":"), ensure_ascii=False).encode())
+        if size <= limit:
+            return outcome
+        return TaskOutcome.from_error(
+            ErrorValue(
+                INTERNAL_ERROR, f"Internal error: the result ({size} bytes) exceeds the {limit} byte limit"
+            )
+        )
 
     # -- messages (synchronous: each runs to completion) ------------------------------------
     def receive(self, message: Poll | AwaitResult | Cancel | ProvideInput | Stop) -> None:
