@@ -11,18 +11,22 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+import trio_websocket
 
 from trio_mcp import Context, McpError, Server, TaskLimits, TaskStatus, connect, connect_in_memory
 from trio_mcp.actors._endpoint import DEFAULT_MAX_OUTBOUND_BYTES, DEFAULT_WRITE_TIMEOUT
 from trio_mcp.actors._session import MAX_WAITING_REQUESTS, TOO_MANY_REQUESTS
+from trio_mcp.client import ConnectionClosed, connect_websocket
 from trio_mcp.protocol.errors import TASK_LIMIT_REACHED
 from trio_mcp.protocol.messages import ElicitRequestParams, ElicitResult
-from trio_mcp.server import ServerRuntime
+from trio_mcp.server import ServerRuntime, serve_websocket
 from trio_mcp.transports.memory import MemoryTransport, memory_transport_pair
 
 REPO = Path(__file__).resolve().parents[1]
@@ -362,3 +366,40 @@ async def test_a_result_over_the_size_limit_fails_its_task(autojump_clock: Any) 
             await client.task_result(large.task.task_id)
         assert failed.value.code == -32603 and "exceeds the 1000 byte limit" in failed.value.message
         assert (await client.get_task(large.task.task_id)).status == TaskStatus.FAILED
+
+
+# ----------------------------------------------------------------------------- connections
+
+
+@asynccontextmanager
+async def websocket_server(**options: Any) -> AsyncIterator[str]:
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(functools.partial(serve_websocket, server, ping_interval=None, **options))
+        yield f"ws://127.0.0.1:{port}/"
+        nursery.cancel_scope.cancel()
+
+
+async def test_connections_per_address_are_capped() -> None:
+    with trio.fail_after(20):
+        async with websocket_server(max_connections_per_address=3) as url, AsyncExitStack() as stack:
+            clients = [await stack.enter_async_context(connect_websocket(url)) for _ in range(3)]
+            with pytest.raises(trio_websocket.HandshakeError):
+                async with connect_websocket(url, connect_timeout=5):
+                    pass  # pragma: no cover
+            for client in clients:  # the ones let in are served as before
+                assert (await client.call_tool("big", {"size": 3})).text == "xxx"
+        async with websocket_server(max_connections_per_address=3) as url, connect_websocket(url) as late:
+            assert (await late.call_tool("big", {"size": 1})).text == "x"
+
+
+async def test_an_idle_connection_is_closed_but_not_one_with_work_running() -> None:
+    with trio.fail_after(20):
+        async with websocket_server(idle_timeout=0.5) as url:
+            async with connect_websocket(url) as idle:
+                await trio.sleep(1.5)
+                with pytest.raises(ConnectionClosed):
+                    await idle.call_tool("big", {"size": 1})
+            async with connect_websocket(url) as busy:
+                created = await busy.call_tool_as_task("wait", {"seconds": 1.5})
+                await trio.sleep(1.0)  # silent, but its task runs: not idle
+                assert (await busy.task_result(created.task.task_id)).text == "waited"

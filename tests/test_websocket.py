@@ -384,11 +384,11 @@ async def test_a_failing_session_is_logged_and_others_go_on(
 
         failures = 1
 
-        async def serve(self, transport: Any, *, owner: object | None = None) -> None:
+        async def serve(self, transport: Any, *, owner: str | None = None, **options: Any) -> None:
             if FlakyRuntime.failures:
                 FlakyRuntime.failures -= 1
                 raise RuntimeError("bug in a session")
-            await super().serve(transport, owner=owner)
+            await super().serve(transport, owner=owner, **options)
 
     with trio.fail_after(5):
         async with server.open() as runtime:
@@ -663,7 +663,7 @@ async def test_stuck_client_does_not_delay_others(probe: Probe) -> None:
                             started = time.monotonic()
                             assert (await other.call_tool("echo", {"text": str(sent)})).text == str(sent)
                             assert time.monotonic() - started < 0.5
-                    assert disconnected, f"the server kept {sent} unread answers for a client that never reads"
+                    assert disconnected, f"the server kept {sent} unread answers for a non-reading client"
                     # Each answer is ~130 kB (the padded tools list): 16 MiB is about 130 answers.
                     assert sent < 1_000
                     created = await other.call_tool_as_task("tagged", {"tag": "unaffected", "delay": 0})

@@ -70,6 +70,7 @@ class Endpoint:
         *,
         max_outbound_bytes: int = DEFAULT_MAX_OUTBOUND_BYTES,
         write_timeout: float = DEFAULT_WRITE_TIMEOUT,
+        idle_timeout: float | None = None,
         tracer: Tracer = no_trace,
         name: str = "connection",
     ) -> None:
@@ -80,6 +81,8 @@ class Endpoint:
         self._outbound_bytes = 0
         self.max_outbound_bytes = max_outbound_bytes
         self.write_timeout = write_timeout
+        self.idle_timeout = idle_timeout
+        """Close after this many seconds without an incoming message while :meth:`idle`."""
         self._writer: trio.lowlevel.Task | None = None
         self._writing = False
         self._connection_scope: trio.CancelScope | None = None
@@ -244,7 +247,7 @@ class Endpoint:
     async def _read_loop(self) -> None:
         while True:
             try:
-                data = await self.transport.receive()
+                data = await self._receive()
             except (trio.EndOfChannel, trio.BrokenResourceError, trio.ClosedResourceError):
                 return
             except MessageTooLarge as exc:
@@ -322,6 +325,20 @@ class Endpoint:
     def quiet(self) -> bool:
         """Whether no answer is on its way (override: a session's queries in flight)."""
         return True
+
+    def idle(self) -> bool:
+        """Whether nothing is going on that the peer waits for (override)."""
+        return True
+
+    async def _receive(self) -> bytes:
+        if self.idle_timeout is None:
+            return await self.transport.receive()
+        while True:
+            with trio.move_on_after(self.idle_timeout):
+                return await self.transport.receive()
+            if self.idle():
+                log.info("%s: idle for %gs; closing the connection", self.name, self.idle_timeout)
+                raise trio.EndOfChannel
 
     async def run_connection(self, nursery: trio.Nursery) -> None:
         """Read until the peer hangs up; the writer runs in ``nursery``.

@@ -257,11 +257,22 @@ class ToolCall:
 
 class SessionActor(Endpoint):
     def __init__(
-        self, service: Service, supervisor: TaskSupervisor, transport: Transport, *, owner: str | None = None
+        self,
+        service: Service,
+        supervisor: TaskSupervisor,
+        transport: Transport,
+        *,
+        owner: str | None = None,
+        idle_timeout: float | None = None,
     ) -> None:
         self.connection_owned = owner is None
         self.owner: str = owner if owner is not None else connection_owner()
-        super().__init__(transport, tracer=supervisor.tracer, name=f"session-{next(_session_numbers)}")
+        super().__init__(
+            transport,
+            tracer=supervisor.tracer,
+            name=f"session-{next(_session_numbers)}",
+            idle_timeout=idle_timeout,
+        )
         self.service = service
         self.supervisor = supervisor
         self.dialect = HandshakeDialect()
@@ -421,6 +432,11 @@ class SessionActor(Endpoint):
 
     def quiet(self) -> bool:
         return self._queries == 0
+
+    def idle(self) -> bool:
+        """Nothing outstanding, and no running task of this connection's own."""
+        owned = self.supervisor.live_count(self.owner) if self.connection_owned else 0
+        return self._outstanding == 0 and self._queries == 0 and not self._in_flight and not owned
 
     async def _start(
         self, request: jsonrpc.Request, start: Callable[[], Started], *, counted: bool = False

@@ -381,14 +381,19 @@ class ServerRuntime:
             while any(session.outbound_bytes for session in self.sessions):  # noqa: ASYNC110
                 await trio.sleep(0.01)  # bounded, once, at the end of the process
 
-    async def serve(self, transport: Transport, *, owner: str | None = None) -> None:
-        """Run a session actor on ``transport`` until the peer hangs up.
+    async def serve(
+        self, transport: Transport, *, owner: str | None = None, idle_timeout: float | None = None
+    ) -> None:
+        """Run a session actor on ``transport`` until the peer hangs up (or, with
+        ``idle_timeout``, stays silent that long with nothing outstanding).
 
         Tasks belong to ``owner``, a string identity (default: one minted for this connection).
         Connection-owned tasks are cancelled and removed when the connection closes; tasks of
         an explicit owner (an authenticated identity) outlive it.
         """
-        session = SessionActor(self.server, self.supervisor, transport, owner=owner)
+        session = SessionActor(
+            self.server, self.supervisor, transport, owner=owner, idle_timeout=idle_timeout
+        )
         self.sessions.add(session)
         try:
             await session.run()

@@ -72,7 +72,7 @@ import math
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import trio
 import trio_websocket
@@ -102,9 +102,21 @@ from ..transports.websocket import (
 )
 from ._server import Server, ServerRuntime
 
-__all__ = ["serve_websocket"]
+__all__ = [
+    "DEFAULT_IDLE_TIMEOUT",
+    "DEFAULT_MAX_CONNECTIONS",
+    "DEFAULT_MAX_CONNECTIONS_PER_ADDRESS",
+    "serve_websocket",
+]
 
 log = logging.getLogger("trio_mcp.websocket")
+
+DEFAULT_MAX_CONNECTIONS = 1000
+"""Connections one WebSocket server serves at once."""
+DEFAULT_MAX_CONNECTIONS_PER_ADDRESS = 100
+"""Connections from one peer address at once."""
+DEFAULT_IDLE_TIMEOUT = 300.0
+"""Seconds a connection may stay silent with nothing outstanding before it is closed."""
 
 
 def _headers(request: WebSocketRequest, name: bytes) -> list[str]:
@@ -132,6 +144,9 @@ async def serve_websocket(
     ping_timeout: float | None = None,
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
     ssl_context: ssl.SSLContext | None = None,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    max_connections_per_address: int = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Serve MCP over WebSocket on ``host:port`` until cancelled.
@@ -148,6 +163,12 @@ async def serve_websocket(
     turns the keep-alive off. ``ssl_context`` (a server-side context with a certificate) serves
     ``wss://``. If ``host`` resolves to several addresses and ``port`` is 0, each listener gets
     its own port and the first one is reported: pass a literal address.
+
+    Limits: at most ``max_connections`` connections at once, and ``max_connections_per_address``
+    from one peer address; a connection past either is closed before its handshake is read
+    (so it costs no more than its socket, briefly). A connection that sends nothing for
+    ``idle_timeout`` seconds while it has no request outstanding and no running task of its own
+    is closed (None: never).
     """
     if max_message_size < 1:
         raise ValueError("max_message_size must be at least 1")
@@ -200,11 +221,32 @@ async def serve_websocket(
                 if ping_interval is not None:
                     assert pong_wait is not None
                     nursery.start_soon(_keep_alive, transport, nursery.cancel_scope, ping_interval, pong_wait)
-                await runtime.serve(transport, owner=owner)
+                await runtime.serve(transport, owner=owner, idle_timeout=idle_timeout)
                 nursery.cancel_scope.cancel()
             log.debug("websocket session %s ended", transport.connection)
 
+        connections: dict[str, int] = {}
+
         async def serve_stream(stream: trio.abc.Stream) -> None:
+            address = _peer_address(stream)
+            total = sum(connections.values())
+            if total >= max_connections or connections.get(address, 0) >= max_connections_per_address:
+                log.warning(
+                    "refused a connection from %s: %d open (%d from it)",
+                    address,
+                    total,
+                    connections.get(address, 0),
+                )
+                return  # closed by handle_stream without reading it
+            connections[address] = connections.get(address, 0) + 1
+            try:
+                await _serve_accepted(stream)
+            finally:
+                connections[address] -= 1
+                if not connections[address]:
+                    del connections[address]
+
+        async def _serve_accepted(stream: trio.abc.Stream) -> None:
             async with reader_nursery() as readers:
                 accepted = None
                 with trio.move_on_after(handshake_timeout):
@@ -277,6 +319,17 @@ async def _keep_alive(
             with trio.CancelScope(shield=True):
                 await transport.abort()
             return
+
+
+def _peer_address(stream: trio.abc.Stream) -> str:
+    """The peer's IP address (without port), or "?" when the stream has none."""
+    inner: Any = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+    sock = getattr(inner, "socket", None)
+    try:
+        peer = sock.getpeername() if sock is not None else None
+    except OSError:
+        return "?"
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "?"
 
 
 def _log_connection_error(exc: Exception) -> None:
