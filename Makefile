@@ -31,6 +31,7 @@ $(SDK2_STAMP):
 pytest: $(STAMP) $(SDK2_STAMP)
 	$(BIN)/python -m pytest
 	$(BIN)/python -m pytest --task-store=json tests/test_tasks.py tests/test_input_required.py tests/test_client_tasks.py tests/test_testing_kit.py tests/test_session_protocol.py tests/test_docs_testing.py tests/test_docs_guide.py tests/test_runtime.py tests/test_websocket.py tests/test_store_contract.py tests/test_modern_era.py tests/test_modern_client.py
+	$(BIN)/python -m pytest --task-store=sqlite tests/test_tasks.py tests/test_input_required.py tests/test_client_tasks.py tests/test_testing_kit.py tests/test_session_protocol.py tests/test_docs_testing.py tests/test_docs_guide.py tests/test_runtime.py tests/test_websocket.py tests/test_store_contract.py tests/test_modern_era.py tests/test_modern_client.py
 
 test: lint typecheck pytest
 

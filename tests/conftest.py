@@ -7,6 +7,11 @@ module's server has its own tools and server info, and each probe records differ
 
 from __future__ import annotations
 
+import atexit
+import itertools
+import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -28,7 +33,7 @@ collect_ignore = ["interop/sdk2_client.py"]
 
 # ----------------------------------------------------------------------------- the task store
 
-TASK_STORES = ("memory", "json")
+TASK_STORES = ("memory", "json", "sqlite")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -37,13 +42,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=TASK_STORES,
         default="memory",
         help="the store every task supervisor keeps its records in when none is given: memory (the"
-        " default store) or json (tests/json_store.py: records kept only as JSON text)",
+        " default store), json (tests/json_store.py: records kept only as JSON text) or sqlite"
+        " (trio_mcp.actors.sqlite_store: each store a fresh SQLite file)",
     )
 
 
 @pytest.fixture(autouse=True)
 def task_store_choice(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """With ``--task-store=json``, every default store is a fresh :class:`JsonTextTaskStore`.
+    """With ``--task-store=json``, every default store is a fresh :class:`JsonTextTaskStore`
+    (``--task-store=sqlite``: a fresh SQLite file, see :func:`fresh_sqlite_store`).
 
     Servers capture the factory ``default_store`` when they are built (often at import time), so
     the patch is on what that factory makes: the ``MemoryTaskStore`` name it looks up on each call.
@@ -56,7 +63,25 @@ def task_store_choice(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
 
         monkeypatch.setattr("trio_mcp.server._server.MemoryTaskStore", JsonTextTaskStore)
         monkeypatch.setattr("trio_mcp.actors.supervisor.MemoryTaskStore", JsonTextTaskStore)
+    elif choice == "sqlite":
+        monkeypatch.setattr("trio_mcp.server._server.MemoryTaskStore", fresh_sqlite_store)
+        monkeypatch.setattr("trio_mcp.actors.supervisor.MemoryTaskStore", fresh_sqlite_store)
     return choice
+
+
+_sqlite_dir: list[str] = []
+_sqlite_files = itertools.count()
+
+
+def fresh_sqlite_store() -> Any:
+    """A :class:`~trio_mcp.actors.sqlite_store.SqliteTaskStore` on a new file (in a temporary
+    directory removed when the test process exits): a zero-argument store factory."""
+    from trio_mcp.actors.sqlite_store import SqliteTaskStore
+
+    if not _sqlite_dir:
+        _sqlite_dir.append(tempfile.mkdtemp(prefix="trio-mcp-sqlite-"))
+        atexit.register(shutil.rmtree, _sqlite_dir[0], ignore_errors=True)
+    return SqliteTaskStore(os.path.join(_sqlite_dir[0], f"{next(_sqlite_files)}.db"))
 
 
 # ----------------------------------------------------------------------------- in-process servers

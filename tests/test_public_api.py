@@ -68,6 +68,7 @@ PUBLIC_MODULES = [
     "trio_mcp",
     "trio_mcp.actors",
     "trio_mcp.actors.runtime",
+    "trio_mcp.actors.sqlite_store",
     "trio_mcp.actors.store",
     "trio_mcp.actors.supervisor",
     "trio_mcp.actors.task_actor",

@@ -1,7 +1,8 @@
 """Every TaskStore keeps the rules of ``trio_mcp/actors/store.py``'s docstring.
 
-Each test runs against the in-memory store and :class:`json_store.JsonTextTaskStore` (records
-kept only as JSON text); a new store joins the suite by adding its factory to ``STORES``.
+Each test runs against the in-memory store, :class:`json_store.JsonTextTaskStore` (records
+kept only as JSON text) and the SQLite store (a fresh file each); a new store joins the suite by
+adding its factory to ``STORES``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 import attrs
 import pytest
+from conftest import fresh_sqlite_store
 from json_store import JsonTextTaskStore
 
 from trio_mcp import Server
@@ -21,7 +23,11 @@ from trio_mcp.protocol.records import TaskOutcome, TaskRecord, new_record
 from trio_mcp.protocol.tasks import TaskStatus
 from trio_mcp.testing import open_harness
 
-STORES: dict[str, Callable[[], TaskStore]] = {"memory": MemoryTaskStore, "json": JsonTextTaskStore}
+STORES: dict[str, Callable[[], TaskStore]] = {
+    "memory": MemoryTaskStore,
+    "json": JsonTextTaskStore,
+    "sqlite": fresh_sqlite_store,
+}
 
 
 @pytest.fixture(params=sorted(STORES))
@@ -492,7 +498,7 @@ async def echo(text: str) -> str:
 
 
 def expected_store(choice: str) -> str:
-    return {"memory": "MemoryTaskStore", "json": "JsonTextTaskStore"}[choice]
+    return {"memory": "MemoryTaskStore", "json": "JsonTextTaskStore", "sqlite": "SqliteTaskStore"}[choice]
 
 
 async def test_the_task_store_option_reaches_servers_built_at_import(

@@ -162,13 +162,28 @@ class _Expire:
 
 
 @attrs.frozen
+class _Sweep:
+    """Delete the records the store says are due (tasks this process did not create)."""
+
+
+@attrs.frozen
 class _Crashed:
     actor: TaskActor
     error: BaseException
 
 
 SupervisorMessage = (
-    CreateTask | Route | ListTasks | Remove | Watch | Unwatch | _Changed | _DropOwner | _Expire | _Crashed
+    CreateTask
+    | Route
+    | ListTasks
+    | Remove
+    | Watch
+    | Unwatch
+    | _Changed
+    | _DropOwner
+    | _Expire
+    | _Crashed
+    | _Sweep
 )
 
 log = logging.getLogger("trio_mcp.actors")
@@ -179,6 +194,8 @@ EXPIRED = ErrorValue(INVALID_PARAMS, "Failed to retrieve task: Task has expired"
 ELSEWHERE = ErrorValue(INTERNAL_ERROR, "Task is not running in this server process")
 STORE_FAILED = "Internal error: the task store failed"
 SWEEP_BATCH = 1000
+SWEEP_INTERVAL = 60.0
+"""Seconds between sweeps of a durable store's expired records."""
 
 
 class TaskSupervisor(Actor[SupervisorMessage]):
@@ -226,6 +243,10 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await self._sweep_due()
+            durable = getattr(self.store, "recover", None) is not None
+            if durable:
+                await self._recover()
+                nursery.start_soon(self._sweep_loop)
             nursery.start_soon(self._expire_loop)
             task_status.started()
             while True:
@@ -254,6 +275,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             await self._drop_owner(message.owner)
         elif isinstance(message, _Crashed):
             self._crashed(message.actor, message.error)
+        elif isinstance(message, _Sweep):
+            await self._sweep_due()
 
     def owner_gone(self, owner: str) -> None:
         """Cancel every running task of ``owner`` now, in the caller's Trio task, and forget all
@@ -566,6 +589,27 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 return
             for record in due:
                 await self._remove(record.task_id, EXPIRED)
+
+    async def _recover(self) -> None:
+        """Fail the tasks a previous process left running (a durable store's ``recover``):
+        their work cannot be resumed. One server process per durable store file."""
+        recover = getattr(self.store, "recover", None)
+        if recover is None:
+            return
+        try:
+            failed = await recover(self.wall_clock())
+        except Exception as exc:
+            log.error("task store failed to recover interrupted tasks: %r", exc, exc_info=exc)
+            return
+        if failed:
+            log.warning("%d task(s) left running by a stopped server process are now failed", failed)
+
+    async def _sweep_loop(self) -> None:
+        """Durable stores hold records this process never timed (from before a restart): every
+        :data:`SWEEP_INTERVAL` seconds the store's due records are deleted."""
+        while True:
+            await trio.sleep(SWEEP_INTERVAL)
+            self.mailbox.put(_Sweep(), system=True)
 
     async def _expire_loop(self) -> None:
         deadlines = self._deadlines

@@ -283,17 +283,18 @@ class Server:
         >>> #     nursery.start_soon(runtime.serve, transport)
         """
         async with trio.open_nursery() as nursery:
-            supervisor = TaskSupervisor(
-                self.limits,
-                store=store if store is not None else self.store_factory(),
-                wall_clock=wall_clock,
-                tracer=tracer,
-            )
-            await nursery.start(supervisor.run)
+            owned = store is None  # a store we make, we close
+            store = store if store is not None else self.store_factory()
+            supervisor = TaskSupervisor(self.limits, store=store, wall_clock=wall_clock, tracer=tracer)
             try:
+                await nursery.start(supervisor.run)
                 yield ServerRuntime(self, supervisor)
             finally:
                 nursery.cancel_scope.cancel()
+                aclose = getattr(store, "aclose", None)
+                if owned and aclose is not None:
+                    with trio.CancelScope(shield=True):
+                        await aclose()
 
     async def serve(self, transport: Transport) -> None:
         """Serve one connection until the peer hangs up; its tasks are cancelled then."""
