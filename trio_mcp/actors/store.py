@@ -25,18 +25,36 @@ from __future__ import annotations
 import bisect
 import hashlib
 import heapq
-from typing import Protocol
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
 import attrs
 
 from ..protocol.cursors import encode_cursor, split_cursor
 from ..protocol.records import TaskRecord
 
-__all__ = ["InvalidCursor", "MemoryTaskStore", "TaskStore"]
+__all__ = ["InvalidCursor", "MemoryTaskStore", "SharedTaskStore", "TaskEvent", "TaskStore"]
 
 
 class InvalidCursor(Exception):
     """A ``tasks/list`` cursor this store did not make for that owner."""
+
+
+@attrs.frozen
+class TaskEvent:
+    """A message between the server processes sharing a store (:class:`SharedTaskStore`).
+
+    ``changed``: the task's record was written (readers re-read it). ``cancel``: someone asked
+    for the task to be cancelled (the process running its work stops it). ``input``: answers to
+    the task's input requests (``responses``, by key) for the process running its work.
+    ``origin`` names the process that published it.
+    """
+
+    kind: str
+    task_id: str
+    origin: str
+    responses: dict[str, Any] | None = None
 
 
 class TaskStore(Protocol):
@@ -54,6 +72,26 @@ class TaskStore(Protocol):
 
 def _owner_tag(owner: str) -> str:
     return hashlib.sha256(owner.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+class SharedTaskStore(TaskStore, Protocol):
+    """A store several server processes share (Redis): beside the records, a channel of
+    :class:`TaskEvent` between them, and leases on running tasks.
+
+    - ``publish`` reaches every process subscribed through ``events`` (itself included; a
+      process ignores its own ``origin``). Delivery is at most once and in order per publisher;
+      a process that misses an event still converges, because readers re-read records.
+    - ``hold(task_ids, origin, until)`` says that process ``origin`` runs these tasks and will
+      renew before ``until`` (wall-clock seconds); ``release(task_ids)`` drops the lease of tasks
+      that ended. ``lapsed(now, limit)`` returns non-terminal records whose lease ran out (their
+      process is gone): the supervisor fails them.
+    """
+
+    async def publish(self, event: TaskEvent) -> None: ...
+    def events(self) -> AbstractAsyncContextManager[AsyncIterator[TaskEvent]]: ...
+    async def hold(self, task_ids: Sequence[str], origin: str, until: float) -> None: ...
+    async def release(self, task_ids: Sequence[str]) -> None: ...
+    async def lapsed(self, now: float, limit: int) -> list[TaskRecord]: ...
 
 
 @attrs.define(eq=False)

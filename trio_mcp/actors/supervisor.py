@@ -29,6 +29,7 @@ import math
 import secrets
 import time
 from collections.abc import Callable
+from typing import Any, cast
 
 import attrs
 import trio
@@ -37,7 +38,7 @@ from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, TASK_LIMIT_REACHED
 from ..protocol.records import TaskOutcome, TaskRecord, new_record
 from ..protocol.tasks import TaskStatus
 from .runtime import Actor, Reply
-from .store import InvalidCursor, MemoryTaskStore, TaskStore
+from .store import InvalidCursor, MemoryTaskStore, SharedTaskStore, TaskEvent, TaskStore
 from .task_actor import CANCELLED, AwaitResult, Cancel, Poll, ProvideInput, Start, Stop, TaskActor, Work
 from .trace import Tracer, no_trace
 
@@ -162,6 +163,16 @@ class _Expire:
 
 
 @attrs.frozen
+class _Event:
+    event: TaskEvent
+
+
+@attrs.frozen
+class _Lapse:
+    """Fail the running tasks whose process stopped renewing their lease."""
+
+
+@attrs.frozen
 class _Sweep:
     """Delete the records the store says are due (tasks this process did not create)."""
 
@@ -184,6 +195,8 @@ SupervisorMessage = (
     | _Expire
     | _Crashed
     | _Sweep
+    | _Event
+    | _Lapse
 )
 
 log = logging.getLogger("trio_mcp.actors")
@@ -193,6 +206,16 @@ GONE = ErrorValue(INVALID_PARAMS, "Failed to retrieve task: Task is gone (its ow
 EXPIRED = ErrorValue(INVALID_PARAMS, "Failed to retrieve task: Task has expired")
 ELSEWHERE = ErrorValue(INTERNAL_ERROR, "Task is not running in this server process")
 STORE_FAILED = "Internal error: the task store failed"
+PROCESS_GONE = ErrorValue(
+    INTERNAL_ERROR, "The server process running this task stopped; its work cannot be resumed."
+)
+LEASE_SECONDS = 15.0
+"""A shared store's lease on a running task: its process renews it every third of this; a task
+whose lease lapsed (its process is gone) is failed by the next process that looks, so within
+about ``LEASE_SECONDS * 4 / 3`` of the crash."""
+_SHARED_METHODS = ("publish", "events", "hold", "release", "lapsed")
+MAX_REMOTE_WAITERS = 1024
+"""``tasks/result`` requests one process keeps waiting on one task running elsewhere."""
 SWEEP_BATCH = 1000
 SWEEP_INTERVAL = 60.0
 """Seconds between sweeps of a durable store's expired records."""
@@ -220,6 +243,14 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self._deadline_of: dict[str, float] = {}
         self._watchers: dict[str, list[Callable[[TaskRecord], None]]] = {}
         self._live_total = 0
+        self.origin = secrets.token_hex(8)
+        """This process's name among those sharing the store."""
+        self._shared: SharedTaskStore | None = (
+            cast(SharedTaskStore, self.store)
+            if all(hasattr(self.store, m) for m in _SHARED_METHODS)
+            else None
+        )
+        self._remote_waiters: dict[str, list[Reply[TaskOutcome]]] = {}
         self._kept: dict[str, int] = {}  # tasks kept per owner (created here, not yet removed)
         self._owner_of: dict[str, str] = {}
         self._timer = trio.CancelScope()
@@ -247,6 +278,9 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             if durable:
                 await self._recover()
                 nursery.start_soon(self._sweep_loop)
+            if self._shared is not None:
+                await nursery.start(self._event_loop, self._shared)
+                nursery.start_soon(self._lease_loop, self._shared)
             nursery.start_soon(self._expire_loop)
             task_status.started()
             while True:
@@ -277,6 +311,10 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self._crashed(message.actor, message.error)
         elif isinstance(message, _Sweep):
             await self._sweep_due()
+        elif isinstance(message, _Event):
+            await self._on_event(message.event)
+        elif isinstance(message, _Lapse):
+            await self._fail_lapsed()
 
     def owner_gone(self, owner: str) -> None:
         """Cancel every running task of ``owner`` now, in the caller's Trio task, and forget all
@@ -322,6 +360,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         )
         try:
             await self.store.create(record)
+            if self._shared is not None:
+                await self._shared.hold([record.task_id], self.origin, self.wall_clock() + LEASE_SECONDS)
         except Exception as exc:
             log.error("task store failed to create a task: %r", exc, exc_info=exc)
             message.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
@@ -377,10 +417,18 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         elif isinstance(inner, AwaitResult):
             if record.outcome is not None:
                 inner.reply.send(record.outcome)
+            elif self._shared is not None:  # it runs in another process: wait for its news
+                waiting = self._remote_waiters.setdefault(record.task_id, [])
+                if len(waiting) >= MAX_REMOTE_WAITERS:
+                    inner.reply.fail(ErrorValue(INTERNAL_ERROR, "Server overloaded; retry later").exception())
+                else:
+                    waiting.append(inner.reply)
             else:
                 inner.reply.fail(ELSEWHERE.exception())
         elif isinstance(inner, ProvideInput):
-            inner.reply.send(record)  # nothing waits for input here: answers are ignored
+            if self._shared is not None and not record.is_terminal:
+                await self._publish("input", record.task_id, inner.responses)
+            inner.reply.send(record)  # answers for no one waiting are ignored
         elif record.is_terminal:
             inner.reply.send((record, True))
         else:
@@ -396,6 +444,9 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         if await self.store.update(cancelled):
             if self._watchers:
                 self._tell_watchers(cancelled)
+            if self._shared is not None:
+                await self._publish("cancel", record.task_id)
+                await self._publish("changed", record.task_id)
             message.reply.send((cancelled, False))
         else:
             current = await self.store.get(record.task_id)
@@ -480,9 +531,17 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             log.error("task store failed to update task %s: %r", record.task_id, exc, exc_info=exc)
             stored = False
         if not stored and record.task_id in self._deadline_of:
-            log.warning("task %s: record version %d was not stored", record.task_id, record.version)
+            # Another process changed it first (a cancel through it): its record stands.
+            log.info("task %s: record version %d was not stored", record.task_id, record.version)
         if record.is_terminal and self._actors.get(record.task_id) is actor and actor.record is record:
             del self._actors[record.task_id]  # final and stored: the task is a record now
+        if self._shared is not None and stored:
+            try:
+                if record.is_terminal:
+                    await self._shared.release([record.task_id])
+                await self._publish("changed", record.task_id)
+            except Exception as exc:
+                log.error("task store failed to announce task %s: %r", record.task_id, exc, exc_info=exc)
 
     def _compact_deadlines(self) -> None:
         """Forget heap entries of removed tasks once they are half the heap (amortised O(1))."""
@@ -505,6 +564,14 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         except Exception as exc:
             log.error("task store failed to delete task %s: %r", task_id, exc, exc_info=exc)
             return
+        if self._shared is not None and removed is not None:
+            try:
+                await self._shared.release([task_id])
+                await self._publish("changed", task_id)
+            except Exception as exc:
+                log.error("task store failed to announce task %s: %r", task_id, exc, exc_info=exc)
+        for reply in self._remote_waiters.pop(task_id, ()):
+            reply.fail(error.exception())
         if self.tracer is not no_trace and (removed is not None or actor is not None):
             self.tracer("task.expired" if error is EXPIRED else "task.removed", {"task_id": task_id})
             self.tracer("actor.stop", {"actor": "TaskActor", "name": task_id})
@@ -589,6 +656,83 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 return
             for record in due:
                 await self._remove(record.task_id, EXPIRED)
+
+    # -- stores shared by several processes ------------------------------------------------
+    async def _publish(self, kind: str, task_id: str, responses: dict[str, Any] | None = None) -> None:
+        assert self._shared is not None
+        await self._shared.publish(TaskEvent(kind, task_id, self.origin, responses))
+
+    async def _event_loop(
+        self, shared: SharedTaskStore, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Hand every other process's event to this actor's mailbox, in order."""
+        async with shared.events() as events:
+            task_status.started()
+            async for event in events:
+                if event.origin != self.origin:
+                    self.mailbox.put(_Event(event), system=True)
+
+    async def _lease_loop(self, shared: SharedTaskStore) -> None:
+        """Renew the leases of the tasks running here, and look for lapsed ones elsewhere."""
+        while True:
+            running = [task_id for task_id, actor in self._actors.items() if not actor.record.is_terminal]
+            try:
+                if running:
+                    await shared.hold(running, self.origin, self.wall_clock() + LEASE_SECONDS)
+            except Exception as exc:
+                log.error("task store failed to renew leases: %r", exc, exc_info=exc)
+            self.mailbox.put(_Lapse(), system=True)
+            await trio.sleep(LEASE_SECONDS / 3)
+
+    async def _on_event(self, event: TaskEvent) -> None:
+        actor = self._actors.get(event.task_id)
+        if event.kind == "cancel" and actor is not None:
+            self._deliver(
+                actor, Cancel(Reply(), "The task was cancelled by request (through another server).")
+            )
+        elif event.kind == "input" and actor is not None and event.responses:
+            self._deliver(actor, ProvideInput(event.responses, Reply()))
+        elif event.kind == "changed":
+            await self._news(event.task_id)
+
+    async def _news(self, task_id: str) -> None:
+        """A task of another process changed: answer this process's waiters and watchers."""
+        waiters = self._remote_waiters.get(task_id)
+        if not waiters and task_id not in self._watchers:
+            return
+        try:
+            record = await self.store.get(task_id)
+        except Exception as exc:
+            log.error("task store failed to read task %s: %r", task_id, exc, exc_info=exc)
+            return
+        if record is not None and self._watchers:
+            self._tell_watchers(record)
+        if record is None or record.outcome is not None:
+            for reply in self._remote_waiters.pop(task_id, ()):
+                if record is not None and record.outcome is not None:
+                    reply.send(record.outcome)
+                else:
+                    reply.fail(EXPIRED.exception())
+
+    async def _fail_lapsed(self) -> None:
+        """Fail tasks whose process stopped renewing their lease: their work is gone."""
+        assert self._shared is not None
+        try:
+            lapsed = await self._shared.lapsed(self.wall_clock(), SWEEP_BATCH)
+        except Exception as exc:
+            log.error("task store failed to list lapsed tasks: %r", exc, exc_info=exc)
+            return
+        for record in lapsed:
+            if record.task_id in self._actors or record.is_terminal:
+                continue
+            failed = record.settle(TaskOutcome.from_error(PROCESS_GONE), now=self.wall_clock())
+            try:
+                if await self.store.update(failed):
+                    await self._shared.release([record.task_id])
+                    await self._publish("changed", record.task_id)
+                    await self._news(record.task_id)
+            except Exception as exc:
+                log.error("task store failed to fail lapsed task %s: %r", record.task_id, exc, exc_info=exc)
 
     async def _recover(self) -> None:
         """Fail the tasks a previous process left running (a durable store's ``recover``):
