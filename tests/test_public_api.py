@@ -33,19 +33,25 @@ TOP_LEVEL_API = {
     "TextContent",
     "Tool",
     "connect",
+    "connect_http",
     "connect_in_memory",
     "connect_stdio",
     "connect_websocket",
+    "mcp_asgi_app",
+    "serve_http",
     "serve_websocket",
 }
 
 SERVER_API = {
     "GC_THRESHOLD",
     "Context",
+    "McpHttpApp",
     "RegisteredTool",
     "Server",
     "ServerRuntime",
     "TaskLimits",
+    "mcp_asgi_app",
+    "serve_http",
     "serve_websocket",
     "tune_gc",
 }
@@ -54,14 +60,17 @@ CLIENT_API = {
     "Client",
     "ConnectionClosed",
     "ElicitationHandler",
+    "HttpTransport",
     "ProgressCallback",
     "SamplingHandler",
     "Servable",
     "StatusCallback",
     "connect",
+    "connect_http",
     "connect_in_memory",
     "connect_stdio",
     "connect_websocket",
+    "open_http_transport",
 }
 
 PUBLIC_MODULES = [
@@ -110,6 +119,7 @@ PUBLIC_MODULES = [
     "trio_mcp.testing.trace",
     "trio_mcp.transports",
     "trio_mcp.transports.base",
+    "trio_mcp.transports.http",
     "trio_mcp.transports.memory",
     "trio_mcp.transports.security",
     "trio_mcp.transports.stdio",

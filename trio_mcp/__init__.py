@@ -17,12 +17,20 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .actors.supervisor import TaskLimits
-    from .client import Client, ConnectionClosed, connect, connect_in_memory, connect_stdio, connect_websocket
+    from .client import (
+        Client,
+        ConnectionClosed,
+        connect,
+        connect_http,
+        connect_in_memory,
+        connect_stdio,
+        connect_websocket,
+    )
     from .protocol.errors import ErrorValue, McpError
     from .protocol.messages import CallToolResult, Task, TextContent, Tool
     from .protocol.records import TaskOutcome, TaskRecord
     from .protocol.tasks import TaskStatus
-    from .server import Context, Server, ServerRuntime, serve_websocket
+    from .server import Context, Server, ServerRuntime, mcp_asgi_app, serve_http, serve_websocket
 
 _WHERE = {
     "CallToolResult": ".protocol.messages",
@@ -41,9 +49,12 @@ _WHERE = {
     "TextContent": ".protocol.messages",
     "Tool": ".protocol.messages",
     "connect": ".client",
+    "connect_http": ".client",
     "connect_in_memory": ".client",
     "connect_stdio": ".client",
     "connect_websocket": ".client",
+    "mcp_asgi_app": ".server",
+    "serve_http": ".server",
     "serve_websocket": ".server",
 }
 
@@ -64,9 +75,12 @@ __all__ = [
     "TextContent",
     "Tool",
     "connect",
+    "connect_http",
     "connect_in_memory",
     "connect_stdio",
     "connect_websocket",
+    "mcp_asgi_app",
+    "serve_http",
     "serve_websocket",
 ]
 

@@ -148,7 +148,8 @@ def client_options(fn: F) -> F:
         "--token",
         envvar="TRIO_MCP_TOKEN",
         metavar="TOKEN",
-        help="Bearer token for a ws:// TARGET started with `serve --ws ... --token` [env: TRIO_MCP_TOKEN].",
+        help="Bearer token for a ws:// or http:// TARGET started with `serve --ws/--http ... --token` "
+        "[env: TRIO_MCP_TOKEN].",
     )(fn)
     return fn
 
@@ -175,7 +176,8 @@ def cli() -> None:
     """Serve, inspect and call MCP servers whose tool calls run as tasks (MCP 2025-11-25).
 
     TARGET, for the client commands, is either a command line that starts a stdio server,
-    given as one quoted argument, or the ws:// URL of a server started with `serve --ws`.
+    given as one quoted argument, or the ws:// URL of a server started with `serve --ws`, or the
+    http://HOST:PORT/mcp URL of one started with `serve --http`.
 
     \b
     Examples:
@@ -208,18 +210,23 @@ def _authenticator(token: str) -> Callable[[str], str | None]:
     "instead of stdio.",
 )
 @click.option(
+    "--http",
+    metavar="HOST:PORT",
+    help="Serve Streamable HTTP (both MCP eras) at http://HOST:PORT/mcp instead of stdio.",
+)
+@click.option(
     "--token",
     envvar="TRIO_MCP_TOKEN",
     metavar="TOKEN",
-    help="With --ws: require `Authorization: Bearer TOKEN`; tasks then belong to the token, not the "
-    "connection, and outlive it [env: TRIO_MCP_TOKEN].",
+    help="With --ws or --http: require `Authorization: Bearer TOKEN`; tasks then belong to the token, "
+    "not the connection, and outlive it [env: TRIO_MCP_TOKEN].",
 )
 @click.option(
     "--allow-origin",
     "origins",
     multiple=True,
     metavar="ORIGIN",
-    help="With --ws: a browser Origin to accept (repeatable; e.g. https://app.example.com or "
+    help="With --ws or --http: a browser Origin to accept (repeatable; e.g. https://app.example.com or "
     "http://localhost:*). Default: localhost on any port. Clients that send no Origin are always accepted.",
 )
 @click.option(
@@ -231,7 +238,13 @@ def _authenticator(token: str) -> Callable[[str], str | None]:
 )
 @click.pass_context
 def serve(
-    ctx: click.Context, spec: str, ws: str | None, token: str | None, origins: tuple[str, ...], log_level: str
+    ctx: click.Context,
+    spec: str,
+    ws: str | None,
+    http: str | None,
+    token: str | None,
+    origins: tuple[str, ...],
+    log_level: str,
 ) -> None:
     """Serve the trio_mcp.Server object SERVER over stdio (default) or WebSocket.
 
@@ -247,16 +260,19 @@ def serve(
       trio-mcp serve trio_mcp.cli.demo_server:server --ws 127.0.0.1:8765 --token s3cret
     """
     token_given = ctx.get_parameter_source("token") not in (ParameterSource.ENVIRONMENT, None)
-    if ws is None and (origins or (token and token_given)):
-        raise click.UsageError("--token and --allow-origin only apply with --ws HOST:PORT")
+    if ws is not None and http is not None:
+        raise click.UsageError("--ws and --http cannot be combined")
+    listen = ws if ws is not None else http
+    if listen is None and (origins or (token and token_given)):
+        raise click.UsageError("--token and --allow-origin only apply with --ws or --http HOST:PORT")
     address: tuple[str, int] | None = None
-    if ws is not None:
+    if listen is not None:
         from ..transports.websocket import parse_host_port
 
         try:
-            address = parse_host_port(ws)
+            address = parse_host_port(listen)
         except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="'--ws'") from None
+            raise click.BadParameter(str(exc), param_hint="'--ws'" if ws else "'--http'") from None
     err = stderr_console()
     with _logging_to_stderr(log_level):
         try:
@@ -264,7 +280,7 @@ def serve(
         except CliError as exc:
             print_error(err, exc)
             raise SystemExit(int(exc.code)) from None
-        _serve(server, address, token, origins)
+        _serve(server, address, token, origins, over_http=http is not None)
 
 
 @contextlib.contextmanager
@@ -285,7 +301,12 @@ def _logging_to_stderr(level: str) -> Iterator[None]:
 
 
 def _serve(
-    server: Server, address: tuple[str, int] | None, token: str | None, origins: tuple[str, ...]
+    server: Server,
+    address: tuple[str, int] | None,
+    token: str | None,
+    origins: tuple[str, ...],
+    *,
+    over_http: bool = False,
 ) -> None:
 
     async def body(interrupts: Interrupts) -> int:
@@ -301,21 +322,29 @@ def _serve(
                 await server.serve_stdio()
                 log.info("stdin closed: shutting down")
             else:
-                await _serve_ws(server, address, token, origins)
+                await _serve_ws(server, address, token, origins, over_http=over_http)
         return ExitCode.OK
 
     _execute(body)
 
 
 async def _serve_ws(
-    server: Server, address: tuple[str, int], token: str | None, origins: tuple[str, ...]
+    server: Server,
+    address: tuple[str, int],
+    token: str | None,
+    origins: tuple[str, ...],
+    *,
+    over_http: bool = False,
 ) -> None:
-    from ..server import serve_websocket
+    from ..server import serve_http, serve_websocket
     from ..transports.security import DEFAULT_ALLOWED_ORIGINS
 
     host, port = address
+    serve_fn: Callable[..., Awaitable[object]] = serve_websocket
+    if over_http:
+        serve_fn = serve_http
     serve = functools.partial(
-        serve_websocket,
+        serve_fn,
         server,
         host,
         port,
@@ -344,11 +373,13 @@ async def _serve_ws(
                 "Serving ",
                 (server.info.name, "bold"),
                 f" {server.info.version} ({count} tool{'s' if count != 1 else ''}) on ",
-                (f"ws://{literal}:{bound}/", "bold cyan"),
+                (f"http://{literal}:{bound}/mcp" if over_http else f"ws://{literal}:{bound}/", "bold cyan"),
             )
         )
         if token:
             err.print("Clients must send the token; their tasks belong to it and outlive connections.")
+        elif over_http:
+            err.print("No --token: a session's tasks end with it; 2026-07-28 tasks are shared by all.")
         else:
             err.print("No --token: each connection's tasks are cancelled when it closes.")
         err.print("Press Ctrl-C to stop.")

@@ -124,7 +124,11 @@ def run_trio(
 
 
 def is_url(target: str) -> bool:
-    return target.strip().lower().startswith(("ws://", "wss://"))
+    return target.strip().lower().startswith(("ws://", "wss://", "http://", "https://"))
+
+
+def _is_http(target: str) -> bool:
+    return target.strip().lower().startswith(("http://", "https://"))
 
 
 def _command(target: str) -> list[str]:
@@ -202,12 +206,19 @@ async def open_target(
     on_elicit: ElicitationHandler | None = None,
     protocol: str = LATEST_VERSION,
 ) -> AsyncIterator[Client]:
-    """An initialized :class:`~trio_mcp.Client` on TARGET: a ``ws://``/``wss://`` URL, or a
+    """An initialized :class:`~trio_mcp.Client` on TARGET: a ``ws://``/``wss://`` or
+    ``http://``/``https://`` URL, or a
     command line (one string, split like a shell does) spawned as a stdio server.
     ``on_elicit`` answers the server's elicitation requests (the capability is declared).
     ``protocol``: see :meth:`Client.open` (a handshake version, ``2026-07-28`` or ``auto``)."""
     if not (math.isfinite(connect_timeout) and connect_timeout > 0):
         raise CliError(ExitCode.USAGE, "--timeout must be positive")
+    if _is_http(target):
+        async with _open_http(
+            target, token=token, connect_timeout=connect_timeout, on_elicit=on_elicit, protocol=protocol
+        ) as client:
+            yield client
+        return
     if is_url(target):
         async with _open_websocket(
             target, token=token, connect_timeout=connect_timeout, on_elicit=on_elicit, protocol=protocol
@@ -223,6 +234,33 @@ async def open_target(
                 transport.process.terminate()  # not an MCP server: no grace period for it
             raise
         yield client
+
+
+@asynccontextmanager
+async def _open_http(
+    url: str,
+    *,
+    token: str | None,
+    connect_timeout: float,
+    on_elicit: ElicitationHandler | None = None,
+    protocol: str = LATEST_VERSION,
+) -> AsyncIterator[Client]:
+    """A Client on an ``http://``/``https://`` MCP endpoint (``serve --http``: path ``/mcp``)."""
+    from ..client import open_http_transport
+
+    entered = False
+    try:
+        async with (
+            open_http_transport(url.strip(), token=token, connect_timeout=connect_timeout) as transport,
+            connect(transport, initialize=False, on_elicit=on_elicit) as client,
+        ):
+            await _handshake(client, url, connect_timeout, process=None, protocol=protocol)
+            entered = True
+            yield client
+    except ValueError as exc:
+        if entered:
+            raise
+        raise CliError(ExitCode.USAGE, f"cannot use {url!r}: {exc}") from None
 
 
 @asynccontextmanager

@@ -1,20 +1,25 @@
 """The MCP server API: declare tools on a :class:`Server`, then serve it over any transport.
 
 >>> from trio_mcp.server import Context, Server, ServerRuntime, TaskLimits, serve_websocket
+>>> from trio_mcp.server import mcp_asgi_app, serve_http
 """
 
 from ..actors.supervisor import TaskLimits
 from ._context import Context
+from ._http import McpHttpApp, mcp_asgi_app, serve_http
 from ._server import GC_THRESHOLD, RegisteredTool, Server, ServerRuntime, tune_gc
 from ._websocket import serve_websocket
 
 __all__ = [
     "GC_THRESHOLD",
     "Context",
+    "McpHttpApp",
     "RegisteredTool",
     "Server",
     "ServerRuntime",
     "TaskLimits",
+    "mcp_asgi_app",
+    "serve_http",
     "serve_websocket",
     "tune_gc",
 ]

@@ -1,0 +1,414 @@
+"""Connecting a :class:`~trio_mcp.Client` over Streamable HTTP (both protocol eras).
+
+:class:`HttpTransport` is a :class:`~trio_mcp.transports.base.Transport` over HTTP (httpx, on
+Trio through anyio): ``send`` POSTs each message, and what comes back (a JSON object, or the
+data of each SSE event) is what ``receive`` returns. The era is read from each message:
+
+* **2025-11-25**: ``initialize`` is POSTed first and waited for; its ``Mcp-Session-Id`` and
+  negotiated version go on every later request. After ``notifications/initialized`` a GET
+  stream is kept open for the server's own requests and notifications, reconnecting with
+  ``Last-Event-ID`` (after the server's ``retry``) when it drops; a POST stream that drops
+  before its response is resumed the same way. ``aclose`` DELETEs the session. A 404 for the
+  session means the server ended it: the transport ends (the client sees the connection close).
+* **2026-07-28** (a request carrying the ``_meta`` envelope): stateless POSTs with the
+  ``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name`` headers. Cancelling a request
+  closes its HTTP response (what cancels it on the server); no ``notifications/cancelled``
+  is sent.
+
+Requests run concurrently (each POST in its own Trio task); messages other than requests are
+POSTed in order.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import trio
+
+from ..actors.runtime import unwrap_single
+from ..protocol import jsonrpc
+from ..protocol.errors import INTERNAL_ERROR
+from ..protocol.modern import PROTOCOL_VERSION_KEY, is_modern
+from ..protocol.versions import LATEST_VERSION
+from ..transports.http import (
+    ACCEPT_BOTH,
+    HEADER_LAST_EVENT_ID,
+    HEADER_METHOD,
+    HEADER_NAME,
+    HEADER_PROTOCOL_VERSION,
+    HEADER_SESSION_ID,
+    JSON,
+    SSE,
+    SSEDecoder,
+    encode_header_value,
+    expected_name,
+)
+from ._client import Client, ElicitationHandler, SamplingHandler, connect
+
+__all__ = ["CONNECT_TIMEOUT", "HttpTransport", "connect_http", "open_http_transport"]
+
+log = logging.getLogger("trio_mcp.http.client")
+
+CONNECT_TIMEOUT = 10.0
+"""Seconds to wait for a TCP (and TLS) connection to the server."""
+MAX_RESUME_ATTEMPTS = 5
+"""Reconnections tried, in a row, for a dropped POST stream before its request fails."""
+DELETE_TIMEOUT = 2.0
+"""Seconds ``aclose`` waits for the server to answer the session's DELETE."""
+
+
+class HttpTransport:
+    """One MCP connection over Streamable HTTP (see the module docstring). Open it with
+    :func:`open_http_transport`, which owns its background tasks."""
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        url: str,
+        nursery: trio.Nursery,
+        *,
+        token: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.url = url
+        self._http = http
+        self._nursery = nursery
+        self._base: dict[str, str] = dict(headers or {})
+        if token is not None:
+            self._base["authorization"] = f"Bearer {token}"
+        self._in_send, self._in_recv = trio.open_memory_channel[bytes](1024)
+        self.session_id: str | None = None
+        self.protocol_version: str | None = None
+        """The handshake-era version agreed by ``initialize`` (sent as MCP-Protocol-Version)."""
+        self.retry = 1.0
+        """Seconds before reconnecting a dropped stream (the server's last ``retry``)."""
+        self._modern_calls: dict[jsonrpc.RequestId, trio.CancelScope] = {}
+        self._get_started = False
+        self.closed = False
+
+    # -- Transport ------------------------------------------------------------------------
+    async def receive(self) -> bytes:
+        try:
+            return await self._in_recv.receive()
+        except trio.ClosedResourceError:
+            raise trio.EndOfChannel from None
+
+    async def send(self, message: bytes) -> None:
+        if self.closed:
+            raise trio.ClosedResourceError("the HTTP transport is closed")
+        try:
+            obj = json.loads(message)
+        except ValueError:
+            obj = None
+        if not isinstance(obj, dict):
+            raise ValueError("not a JSON-RPC message")
+        method = obj.get("method")
+        params = obj.get("params") if isinstance(obj.get("params"), dict) else None
+        request_id = obj.get("id") if method is not None and isinstance(obj.get("id"), int | str) else None
+        if method == "notifications/cancelled" and params is not None:
+            scope = self._modern_calls.get(params.get("requestId"))  # type: ignore[arg-type]
+            if scope is not None:  # a modern request is cancelled by closing its response
+                scope.cancel()
+                return
+        modern = method is not None and is_modern(params)
+        headers = self._headers(method, params, modern)
+        if request_id is None:
+            # notifications and responses: in order, answered at once (202)
+            await self._post(message, headers, None, modern)
+            if (
+                method == "notifications/initialized"
+                and self.session_id is not None
+                and not self._get_started
+            ):
+                self._get_started = True
+                self._nursery.start_soon(self._get_stream)
+            return
+        if method == "initialize" and not modern:
+            await self._post(message, headers, request_id, modern, initialize=True)
+            return
+        if modern:
+            scope = trio.CancelScope()
+            self._modern_calls[request_id] = scope
+            self._nursery.start_soon(self._modern_post, message, headers, request_id, scope)
+        else:
+            self._nursery.start_soon(self._post, message, headers, request_id, modern)
+
+    async def aclose(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.session_id is not None:
+            with trio.move_on_after(DELETE_TIMEOUT):
+                try:
+                    await self._http.delete(self.url, headers=self._session_headers())
+                except httpx.HTTPError as exc:
+                    log.debug("DELETE of the session failed: %r", exc)
+        self._in_send.close()
+        self._nursery.cancel_scope.cancel()
+
+    # -- headers --------------------------------------------------------------------------
+    def _session_headers(self) -> dict[str, str]:
+        headers = dict(self._base)
+        if self.session_id is not None:
+            headers[HEADER_SESSION_ID] = self.session_id
+        if self.protocol_version is not None:
+            headers[HEADER_PROTOCOL_VERSION] = self.protocol_version
+        return headers
+
+    def _headers(self, method: str | None, params: dict[str, Any] | None, modern: bool) -> dict[str, str]:
+        if not modern:
+            headers = self._session_headers()
+        else:
+            headers = dict(self._base)
+            meta = (params or {}).get("_meta") or {}
+            headers[HEADER_PROTOCOL_VERSION] = str(meta.get(PROTOCOL_VERSION_KEY))
+            assert method is not None
+            headers[HEADER_METHOD] = method
+            name = expected_name(method, params)
+            if name is not None:
+                headers[HEADER_NAME] = encode_header_value(name)
+        headers["accept"] = ACCEPT_BOTH
+        headers["content-type"] = JSON
+        return headers
+
+    # -- incoming ---------------------------------------------------------------------------
+    async def _feed(self, data: bytes) -> None:
+        try:
+            await self._in_send.send(data)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+
+    async def _fail(self, request_id: jsonrpc.RequestId | None, message: str) -> None:
+        if request_id is not None:
+            await self._feed(jsonrpc.encode_error(request_id, INTERNAL_ERROR, message))
+        else:
+            log.info("%s", message)
+
+    def _session_lost(self) -> None:
+        log.info("the server ended the HTTP session")
+        self.session_id = None
+        self._in_send.close()
+
+    # -- POST -------------------------------------------------------------------------------
+    async def _modern_post(
+        self, message: bytes, headers: dict[str, str], request_id: jsonrpc.RequestId, scope: trio.CancelScope
+    ) -> None:
+        try:
+            with scope:
+                await self._post(message, headers, request_id, True)
+        finally:
+            self._modern_calls.pop(request_id, None)
+
+    async def _post(
+        self,
+        message: bytes,
+        headers: dict[str, str],
+        request_id: jsonrpc.RequestId | None,
+        modern: bool,
+        *,
+        initialize: bool = False,
+    ) -> None:
+        try:
+            async with self._http.stream("POST", self.url, content=message, headers=headers) as response:
+                await self._answer(response, request_id, modern, initialize)
+        except httpx.HTTPError as exc:
+            await self._fail(request_id, f"HTTP request failed: {exc!r}")
+
+    async def _answer(
+        self, response: httpx.Response, request_id: jsonrpc.RequestId | None, modern: bool, initialize: bool
+    ) -> None:
+        status = response.status_code
+        content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if status == 202:
+            return
+        if status == 404 and not modern and HEADER_SESSION_ID in response.request.headers:
+            await self._fail(request_id, "HTTP 404: the server ended the session")
+            self._session_lost()
+            return
+        if status == 200 and content_type == SSE:
+            if initialize:
+                self.session_id = response.headers.get(HEADER_SESSION_ID) or self.session_id
+            last_id, answered = await self._consume(response, request_id, initialize=initialize)
+            if answered or request_id is None:
+                return
+            if not modern and last_id is not None and self.session_id is not None:
+                await self._resume(last_id, request_id)
+            else:
+                await self._fail(request_id, "the server closed the response stream without a response")
+            return
+        body = await response.aread()
+        if content_type == JSON:
+            try:
+                obj = json.loads(body)
+            except ValueError:
+                obj = None
+            if isinstance(obj, dict):
+                if "error" in obj and obj.get("id") is None and request_id is not None:
+                    obj["id"] = request_id  # an HTTP-level refusal of this request
+                    body = json.dumps(obj).encode()
+                if initialize and status == 200:
+                    self.session_id = response.headers.get(HEADER_SESSION_ID)
+                    self._note_version(obj)
+                await self._feed(body)
+                return
+        text = body.decode("utf-8", errors="replace").strip()[:200]
+        await self._fail(request_id, f"HTTP {status} {response.reason_phrase}: {text}".rstrip(": "))
+
+    def _note_version(self, message: Any) -> None:
+        """Remember the version an ``initialize`` result agreed on."""
+        result = message.get("result") if isinstance(message, dict) else None
+        version = result.get("protocolVersion") if isinstance(result, dict) else None
+        if isinstance(version, str):
+            self.protocol_version = version
+
+    async def _consume(
+        self, response: httpx.Response, request_id: jsonrpc.RequestId | None, *, initialize: bool = False
+    ) -> tuple[str | None, bool]:
+        """Feed an SSE stream's events in; (the last event id, whether ``request_id`` was answered)."""
+        decoder = SSEDecoder()
+        last_id: str | None = None
+        answered = False
+        try:
+            async for chunk in response.aiter_bytes():
+                for event in decoder.feed(chunk):
+                    if event.retry is not None:
+                        self.retry = event.retry / 1000
+                    if event.id is not None:
+                        last_id = event.id
+                    if not event.data:
+                        continue
+                    if request_id is not None and _answers(event.data, request_id):
+                        answered = True
+                        if initialize:
+                            self._note_version(json.loads(event.data))
+                    await self._feed(event.data.encode("utf-8"))
+        except httpx.HTTPError as exc:
+            log.debug("SSE stream dropped: %r", exc)
+        return last_id, answered
+
+    async def _resume(self, last_id: str, request_id: jsonrpc.RequestId) -> None:
+        """A POST stream dropped before its response: GET it again from ``last_id``."""
+        failures = 0
+        while failures < MAX_RESUME_ATTEMPTS and not self.closed:
+            await trio.sleep(self.retry)
+            headers = {**self._session_headers(), "accept": SSE, HEADER_LAST_EVENT_ID: last_id}
+            try:
+                async with self._http.stream("GET", self.url, headers=headers) as response:
+                    if response.status_code == 404:
+                        await self._fail(request_id, "HTTP 404: the server ended the session")
+                        self._session_lost()
+                        return
+                    if response.status_code != 200:
+                        failures += 1
+                        if response.status_code in (400, 405):
+                            break
+                        continue
+                    failures = 0
+                    new_id, answered = await self._consume(response, request_id)
+                    if answered:
+                        return
+                    last_id = new_id or last_id
+            except httpx.HTTPError:
+                failures += 1
+        await self._fail(request_id, "the response stream dropped and could not be resumed")
+
+    # -- the GET stream -------------------------------------------------------------------
+    async def _get_stream(self) -> None:
+        """Keep the session's GET stream open: server requests and notifications."""
+        last_id: str | None = None
+        failures = 0
+        while not self.closed and self.session_id is not None:
+            headers = {**self._session_headers(), "accept": SSE}
+            if last_id is not None:
+                headers[HEADER_LAST_EVENT_ID] = last_id
+            try:
+                async with self._http.stream("GET", self.url, headers=headers) as response:
+                    if response.status_code == 405:
+                        return  # the server offers no GET stream
+                    if response.status_code == 404:
+                        self._session_lost()
+                        return
+                    if response.status_code == 200:
+                        failures = 0
+                        new_id, _ = await self._consume(response, None)
+                        last_id = new_id or last_id
+                    else:
+                        failures += 1
+            except httpx.HTTPError as exc:
+                log.debug("GET stream failed: %r", exc)
+                failures += 1
+            await trio.sleep(self.retry * min(failures + 1, 30))
+
+
+def _answers(data: str, request_id: jsonrpc.RequestId) -> bool:
+    try:
+        message = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(message, dict) and "method" not in message and message.get("id") == request_id
+
+
+@asynccontextmanager
+async def open_http_transport(
+    url: str,
+    *,
+    token: str | None = None,
+    headers: dict[str, str] | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    verify: ssl.SSLContext | bool = True,
+) -> AsyncIterator[HttpTransport]:
+    """An :class:`HttpTransport` to the MCP endpoint at ``url`` (``http://`` or ``https://``).
+
+    ``token`` is sent as ``Authorization: Bearer``; ``headers`` are added to every request;
+    ``verify`` is httpx's TLS verification (a context, or False to turn it off).
+    """
+    if not url.lower().startswith(("http://", "https://")):
+        raise ValueError(f"not an http:// or https:// URL: {url!r}")
+    timeout = httpx.Timeout(connect=connect_timeout, read=None, write=30.0, pool=None)
+    with unwrap_single():
+        async with (
+            httpx.AsyncClient(timeout=timeout, verify=verify, follow_redirects=False) as http,
+            trio.open_nursery() as nursery,
+        ):
+            transport = HttpTransport(http, url, nursery, token=token, headers=headers)
+            try:
+                yield transport
+            finally:
+                with trio.CancelScope(shield=True):
+                    await transport.aclose()
+                nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def connect_http(
+    url: str,
+    *,
+    token: str | None = None,
+    protocol: str = LATEST_VERSION,
+    on_elicit: ElicitationHandler | None = None,
+    on_sample: SamplingHandler | None = None,
+    headers: dict[str, str] | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    verify: ssl.SSLContext | bool = True,
+) -> AsyncIterator[Client]:
+    """A connected :class:`~trio_mcp.Client` to the MCP endpoint at ``url``.
+
+    ``protocol`` as for :func:`~trio_mcp.client.connect`: a handshake-era version (default
+    2025-11-25: a session), ``"2026-07-28"`` (stateless), or ``"auto"`` (probe, then fall back).
+
+    >>> # async with connect_http("http://127.0.0.1:8000/mcp", protocol="2026-07-28") as client:
+    >>> #     result = await client.call_tool("echo", {"text": "hi"})
+    """
+    async with (
+        open_http_transport(
+            url, token=token, headers=headers, connect_timeout=connect_timeout, verify=verify
+        ) as transport,
+        connect(transport, protocol=protocol, on_elicit=on_elicit, on_sample=on_sample) as client,
+    ):
+        yield client

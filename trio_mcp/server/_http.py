@@ -1,0 +1,1210 @@
+"""Serving MCP over Streamable HTTP, both protocol eras on one endpoint.
+
+:func:`mcp_asgi_app` is an ASGI 3 application for any Trio ASGI server; :func:`serve_http` runs
+it under hypercorn's Trio worker. The pure rules (headers, SSE framing, Host checks) live in
+:mod:`trio_mcp.transports.http`; the user guide is ``docs/http.md``.
+
+Each POST is routed by era: a ``MCP-Protocol-Version`` header naming a modern version, or a
+body whose ``params._meta`` carries the modern envelope, is served the 2026-07-28 way
+(stateless); anything else is the 2025-11-25 way (``initialize`` opens a session).
+
+**2025-11-25 (handshake era).** ``initialize`` (a POST without ``Mcp-Session-Id``) creates a
+session: an id from :func:`secrets.token_urlsafe`, returned in the ``Mcp-Session-Id`` header,
+bound to the authenticated identity when there is one. The session is one
+:class:`~trio_mcp.server.ServerRuntime` session actor fed by the POST bodies; what it sends is
+routed: a response to the POST that carried its request, progress notifications to the POST
+stream of their request while it is open, server→client requests to the GET stream (or, if
+none is open, the newest open POST stream), everything else to the GET stream.
+``tools/call`` and ``tasks/result`` are answered as SSE (they may stream progress or input
+requests first); every other request as one JSON object. SSE streams start with
+``retry: <ms>`` and a priming event (an id, empty data); every event has an id
+``<stream>.<n>``; a session keeps its last :data:`DEFAULT_EVENT_BUFFER` (1000) events, over
+all its streams, for ``GET`` + ``Last-Event-ID`` to replay that one stream (a dropped POST
+stream is resumed so, and its response still arrives). A JSON answer whose POST connection
+dropped goes to the GET stream instead. Idle sessions (no HTTP request for
+``idle_timeout`` s, default 30 min) end; ``DELETE`` ends one at once. Ending a session ends
+its actor: without authentication its tasks are cancelled, with it they belong to the
+identity and outlive it.
+
+**2026-07-28 (modern era).** Every POST is served by a fresh session actor over a
+one-message transport; tasks belong to the identity (``identity:NAME``) or, without
+authentication, to one shared owner, ``"anonymous"``, so that a task created by one POST can
+be read, updated and cancelled by later ones (task ids are unguessable: 128+ random bits).
+The headers must agree with the body (``MCP-Protocol-Version``, ``Mcp-Method``,
+``Mcp-Name``), else 400 + -32020. The answer is one JSON object when the response is the
+first thing the request produces, else an SSE stream of its notifications and then the
+response. Closing the HTTP response cancels the request.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import itertools
+import json
+import logging
+import secrets
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, MutableMapping
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, Literal, NoReturn
+
+import trio
+
+from ..protocol import jsonrpc
+from ..protocol.errors import (
+    HEADER_MISMATCH,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    ErrorValue,
+)
+from ..protocol.modern import PROTOCOL_VERSION_KEY, is_modern
+from ..protocol.versions import HANDSHAKE_VERSIONS, MODERN_VERSIONS
+from ..transports.http import (
+    DEFAULT_ALLOWED_HOSTS,
+    DEFAULT_EVENT_BUFFER,
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_KEEPALIVE_INTERVAL,
+    DEFAULT_MAX_BODY_SIZE,
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_RETRY_MS,
+    HEADER_LAST_EVENT_ID,
+    HEADER_METHOD,
+    HEADER_NAME,
+    HEADER_PROTOCOL_VERSION,
+    HEADER_SESSION_ID,
+    JSON,
+    METADATA_PATH,
+    SSE,
+    accepts,
+    decode_header_value,
+    expected_name,
+    format_event_id,
+    host_check,
+    is_loopback,
+    parse_event_id,
+    sse_comment,
+    sse_event,
+)
+from ..transports.security import (
+    DEFAULT_ALLOWED_ORIGINS,
+    Authenticator,
+    OriginPolicy,
+    bearer_token,
+    identity_owner,
+    origin_check,
+)
+from ..transports.security import authenticate as run_authenticator
+from ._server import Server, ServerRuntime
+
+__all__ = ["ANONYMOUS_OWNER", "McpHttpApp", "mcp_asgi_app", "serve_http"]
+
+log = logging.getLogger("trio_mcp.http")
+
+ANONYMOUS_OWNER = "anonymous"
+"""Owner of modern-era tasks created without authentication (shared by all such requests)."""
+
+STREAMING_METHODS = frozenset({"tools/call", "tasks/result"})
+"""Handshake-era requests answered as SSE: they may send notifications or requests first."""
+
+MODERN_STATUS = {
+    METHOD_NOT_FOUND: 404,
+    INVALID_PARAMS: 400,
+    INVALID_REQUEST: 400,
+    PARSE_ERROR: 400,
+    HEADER_MISMATCH: 400,
+    MISSING_REQUIRED_CLIENT_CAPABILITY: 400,
+    UNSUPPORTED_PROTOCOL_VERSION: 400,
+}
+"""HTTP status of a modern-era JSON answer that is this JSON-RPC error (else 200)."""
+
+INBOUND_SIZE = 64
+"""Messages queued for a handshake-era session actor before POSTs wait (backpressure)."""
+GET_STREAM = "g"
+CANCELLED = "notifications/cancelled"
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+def _error_body(code: int, message: str, id: jsonrpc.RequestId | None = None, data: Any = None) -> bytes:
+    return jsonrpc.encode_error(id, code, message, data)
+
+
+# -- one HTTP exchange ----------------------------------------------------------------------
+class _Exchange:
+    """One ASGI HTTP request/response, with the disconnect it may end in."""
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.scope = scope
+        self.method: str = scope["method"]
+        self.path: str = scope["path"]
+        self._receive = receive
+        self._send = send
+        self.headers: dict[str, list[str]] = {}
+        for raw_name, raw_value in scope.get("headers") or ():
+            name = bytes(raw_name).decode("latin-1").lower()
+            self.headers.setdefault(name, []).append(bytes(raw_value).decode("latin-1"))
+        self.started = False
+        self.finished = False
+        self.disconnected = trio.Event()
+
+    def header(self, name: str) -> str | None:
+        values = self.headers.get(name)
+        return values[0] if values else None
+
+    async def read_body(self, limit: int) -> bytes | None:
+        """The whole body, or None if it exceeds ``limit`` bytes (the rest is not read)."""
+        length = self.header("content-length")
+        if length is not None and length.strip().isdigit() and int(length) > limit:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self.disconnected.set()
+                return b"".join(chunks)
+            chunk = bytes(message.get("body", b""))
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def watch(self) -> None:
+        """Wait for the client to go away (run after the body was read)."""
+        while not self.disconnected.is_set():
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self.disconnected.set()
+
+    async def _out(self, message: Message) -> bool:
+        if self.disconnected.is_set():
+            return False
+        try:
+            await self._send(message)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            self.disconnected.set()
+            return False
+        return True
+
+    async def start(self, status: int, headers: Iterable[tuple[str, str]] = ()) -> bool:
+        self.started = True
+        encoded = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+        return await self._out({"type": "http.response.start", "status": status, "headers": encoded})
+
+    async def write(self, data: bytes) -> bool:
+        return await self._out({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def end(self) -> None:
+        if not self.finished:
+            self.finished = True
+            await self._out({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def respond(
+        self,
+        status: int,
+        body: bytes = b"",
+        *,
+        content_type: str | None = None,
+        headers: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        all_headers = list(headers)
+        if content_type is not None:
+            all_headers.append(("content-type", content_type))
+        all_headers.append(("content-length", str(len(body))))
+        if await self.start(status, all_headers):
+            self.finished = True
+            await self._out({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def error(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: int = INVALID_REQUEST,
+        id: jsonrpc.RequestId | None = None,
+        data: Any = None,
+        headers: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        """An HTTP error whose body is a JSON-RPC error response."""
+        await self.respond(status, _error_body(code, message, id, data), content_type=JSON, headers=headers)
+
+    async def start_sse(self, extra: Iterable[tuple[str, str]] = ()) -> bool:
+        headers = [
+            ("content-type", SSE),
+            ("cache-control", "no-cache, no-transform"),
+            ("x-accel-buffering", "no"),
+            *extra,
+        ]
+        return await self.start(200, headers)
+
+
+async def _until_disconnect(exchange: _Exchange, work: Callable[[], Awaitable[None]]) -> bool:
+    """Run ``work``; cancel it if the client disconnects first. True if it ran to its end."""
+    done = False
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            await exchange.disconnected.wait()
+            nursery.cancel_scope.cancel()
+
+        async def run() -> None:
+            nonlocal done
+            await work()
+            done = True
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(exchange.watch)
+        nursery.start_soon(watch)
+        nursery.start_soon(run)
+    return done
+
+
+# -- handshake-era sessions -----------------------------------------------------------------
+class _Event:
+    __slots__ = ("data", "seq")
+
+    def __init__(self, seq: int, data: bytes) -> None:
+        self.seq = seq
+        self.data = data
+
+
+class _Stream:
+    """One SSE stream of a session (the GET stream, or one POST's), as buffered events."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.events: collections.deque[_Event] = collections.deque()
+        self.finished = False  # a POST stream whose response is in ``events``
+        self.consumer: trio.CancelScope | None = None  # the HTTP response writing it now
+        self.sent_upto = 0
+        self.changed = trio.Event()
+
+    def wake(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+    def after(self, seq: int) -> list[_Event]:
+        new: list[_Event] = []
+        for event in reversed(self.events):
+            if event.seq <= seq:
+                break
+            new.append(event)
+        new.reverse()
+        return new
+
+
+class _Waiter:
+    """A request answered as one JSON object: where its response goes."""
+
+    __slots__ = ("data", "done")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.data: bytes | None = None
+
+
+class _Session:
+    """A 2025-11-25 session: the :class:`~trio_mcp.transports.base.Transport` its actor runs
+    on (fed by POST bodies; what it sends is routed to the session's SSE streams)."""
+
+    def __init__(self, session_id: str, identity: str | None, buffer_size: int) -> None:
+        self.id = session_id
+        self.identity = identity
+        self._in_send, self._in_recv = trio.open_memory_channel[bytes](INBOUND_SIZE)
+        self.seq = 0
+        self.streams: dict[str, _Stream] = {GET_STREAM: _Stream(GET_STREAM)}
+        self._order: collections.deque[_Stream] = collections.deque()
+        self._buffer_size = buffer_size
+        self._by_request: dict[jsonrpc.RequestId, _Stream | _Waiter] = {}
+        self._by_token: dict[Any, _Stream] = {}
+        self._numbers = itertools.count(1)
+        self.closed = False
+        self.ended = trio.Event()
+        self.last_seen = trio.current_time()
+        self.active = 0
+
+    @property
+    def get_stream(self) -> _Stream:
+        return self.streams[GET_STREAM]
+
+    @contextmanager
+    def in_use(self) -> Iterator[None]:
+        self.active += 1
+        self.last_seen = trio.current_time()
+        try:
+            yield
+        finally:
+            self.active -= 1
+            self.last_seen = trio.current_time()
+
+    # -- the Transport the session actor runs on --------------------------------------------
+    async def receive(self) -> bytes:
+        try:
+            return await self._in_recv.receive()
+        except trio.ClosedResourceError:
+            raise trio.EndOfChannel from None
+
+    async def send(self, message: bytes) -> None:
+        self.route(message)
+
+    async def aclose(self) -> None:
+        self.close()
+
+    # -- life -------------------------------------------------------------------------------
+    def end(self) -> None:
+        """Stop the session: its actor reads end-of-input and finishes."""
+        self._in_send.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._in_send.close()
+        for holder in self._by_request.values():
+            if isinstance(holder, _Waiter):
+                holder.done.set()
+        for stream in self.streams.values():
+            stream.wake()
+
+    async def feed(self, data: bytes) -> bool:
+        """Give the actor one message; False if the session has ended."""
+        try:
+            await self._in_send.send(data)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            return False
+        return True
+
+    # -- routing ------------------------------------------------------------------------------
+    def open_post_stream(self, request_id: jsonrpc.RequestId, token: Any) -> _Stream:
+        stream = _Stream(f"p{next(self._numbers)}")
+        self.streams[stream.key] = stream
+        self._by_request[request_id] = stream
+        if token is not None:
+            self._by_token[token] = stream
+        return stream
+
+    def wait_json(self, request_id: jsonrpc.RequestId) -> _Waiter:
+        waiter = _Waiter()
+        self._by_request[request_id] = waiter
+        return waiter
+
+    def abandon(self, request_id: jsonrpc.RequestId, waiter: _Waiter) -> None:
+        """The JSON request's connection dropped: its response will go to the GET stream."""
+        if self._by_request.get(request_id) is waiter:
+            del self._by_request[request_id]
+
+    def withdraw(self, request_id: Any) -> None:
+        """The client cancelled ``request_id``: no response will come, so end what waits for one
+        (its POST stream ends; a JSON request is answered 204)."""
+        holder = self._by_request.pop(request_id, None) if isinstance(request_id, int | str) else None
+        if isinstance(holder, _Waiter):
+            holder.done.set()
+        elif isinstance(holder, _Stream):
+            holder.finished = True
+            for token in [t for t, s in self._by_token.items() if s is holder]:
+                del self._by_token[token]
+            holder.wake()
+
+    def route(self, data: bytes) -> None:
+        try:
+            message = json.loads(data)
+        except ValueError:
+            message = None
+        target = self.get_stream
+        if isinstance(message, dict) and "method" not in message:  # a response
+            request_id = message.get("id")
+            holder = self._by_request.pop(request_id, None) if isinstance(request_id, int | str) else None
+            if isinstance(holder, _Waiter):
+                holder.data = data
+                holder.done.set()
+                return
+            if isinstance(holder, _Stream):
+                holder.finished = True
+                for token in [t for t, s in self._by_token.items() if s is holder]:
+                    del self._by_token[token]
+                target = holder
+        elif isinstance(message, dict) and "id" in message:  # a server→client request
+            if target.consumer is None:
+                for stream in reversed(self.streams.values()):
+                    if stream.key != GET_STREAM and not stream.finished and stream.consumer is not None:
+                        target = stream
+                        break
+        elif isinstance(message, dict) and message.get("method") == "notifications/progress":
+            params = message.get("params")
+            token = params.get("progressToken") if isinstance(params, dict) else None
+            related = self._by_token.get(token) if isinstance(token, int | str) else None
+            if related is not None and not related.finished:
+                target = related
+        self._append(target, data)
+
+    def _append(self, stream: _Stream, data: bytes) -> None:
+        self.seq += 1
+        stream.events.append(_Event(self.seq, data))
+        self._order.append(stream)
+        while len(self._order) > self._buffer_size:
+            old = self._order.popleft()
+            old.events.popleft()
+            self._forget_if_done(old)
+        stream.wake()
+
+    def _forget_if_done(self, stream: _Stream) -> None:
+        if stream.key != GET_STREAM and stream.finished and not stream.events and stream.consumer is None:
+            self.streams.pop(stream.key, None)
+
+
+# -- the application ------------------------------------------------------------------------
+@asynccontextmanager
+async def _opened(server_or_runtime: Server | ServerRuntime) -> AsyncIterator[ServerRuntime]:
+    if isinstance(server_or_runtime, ServerRuntime):
+        yield server_or_runtime
+    else:
+        async with server_or_runtime.open() as runtime:
+            yield runtime
+
+
+class McpHttpApp:
+    """The MCP endpoint as an ASGI 3 application (see :func:`mcp_asgi_app`).
+
+    It needs a running Trio context of its own for sessions: under an ASGI server that runs
+    the ``lifespan`` protocol it starts itself; otherwise run it with ``async with
+    app.running():`` (or ``await nursery.start(app.run)``) around serving it.
+    """
+
+    def __init__(
+        self,
+        server_or_runtime: Server | ServerRuntime,
+        *,
+        path: str = "/mcp",
+        allowed_origins: OriginPolicy = DEFAULT_ALLOWED_ORIGINS,
+        allowed_hosts: Iterable[str] | Callable[[str], bool] | None = DEFAULT_ALLOWED_HOSTS,
+        authenticate: Authenticator | None = None,
+        authorization_servers: Iterable[str] = (),
+        scopes_supported: Iterable[str] = (),
+        resource_url: str | None = None,
+        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+        event_buffer: int = DEFAULT_EVENT_BUFFER,
+        retry_ms: int = DEFAULT_RETRY_MS,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+        keepalive_interval: float = DEFAULT_KEEPALIVE_INTERVAL,
+    ) -> None:
+        if not path.startswith("/"):
+            raise ValueError("path must start with '/'")
+        if max_body_size < 1 or event_buffer < 1 or max_sessions < 1:
+            raise ValueError("max_body_size, event_buffer and max_sessions must be at least 1")
+        if not (idle_timeout > 0 and keepalive_interval > 0 and retry_ms >= 0):
+            raise ValueError("idle_timeout and keepalive_interval must be positive, retry_ms >= 0")
+        self.server_or_runtime = server_or_runtime
+        self.path = path.rstrip("/") or "/"
+        self._origin_allowed = origin_check(allowed_origins)
+        self._host_allowed = host_check(allowed_hosts)
+        self.authenticate = authenticate
+        self.authorization_servers = list(authorization_servers)
+        self.scopes_supported = list(scopes_supported)
+        self.resource_url = resource_url
+        self.max_body_size = max_body_size
+        self.event_buffer = event_buffer
+        self.retry_ms = retry_ms
+        self.idle_timeout = idle_timeout
+        self.max_sessions = max_sessions
+        self.keepalive_interval = keepalive_interval
+        self.runtime: ServerRuntime | None = None
+        self._nursery: trio.Nursery | None = None
+        self.sessions: dict[str, _Session] = {}
+
+    # -- running ----------------------------------------------------------------------------
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[McpHttpApp]:
+        """Serve requests inside the block (opens the runtime if given a Server)."""
+        if self._nursery is not None:
+            raise RuntimeError("this MCP app is already running")
+        async with _opened(self.server_or_runtime) as runtime, trio.open_nursery() as nursery:
+            self.runtime, self._nursery = runtime, nursery
+            nursery.start_soon(self._expire_idle)
+            try:
+                yield self
+            finally:
+                self.runtime = self._nursery = None
+                for session in list(self.sessions.values()):
+                    session.end()
+                self.sessions.clear()
+                nursery.cancel_scope.cancel()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> NoReturn:
+        """:meth:`running` as a task: ``await nursery.start(app.run)``."""
+        async with self.running():
+            task_status.started()
+            await trio.sleep_forever()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _expire_idle(self) -> None:
+        interval = max(0.01, min(60.0, self.idle_timeout / 4))
+        while True:
+            await trio.sleep(interval)
+            now = trio.current_time()
+            for session in list(self.sessions.values()):
+                if session.active == 0 and now - session.last_seen >= self.idle_timeout:
+                    log.info(
+                        "HTTP session %s... expired after %.0f s idle", session.id[:6], self.idle_timeout
+                    )
+                    self._end(session)
+
+    def _end(self, session: _Session) -> None:
+        if self.sessions.get(session.id) is session:
+            del self.sessions[session.id]
+        session.end()
+
+    async def _run_session(self, session: _Session, owner: str | None) -> None:
+        assert self.runtime is not None
+        try:
+            await self.runtime.serve(session, owner=owner)
+        finally:
+            if self.sessions.get(session.id) is session:
+                del self.sessions[session.id]
+            session.close()
+            session.ended.set()
+
+    # -- ASGI -------------------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope.get("type")
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if kind != "http":
+            if kind == "websocket":
+                await send({"type": "websocket.close", "code": 1000})
+            return
+        exchange = _Exchange(scope, receive, send)
+        try:
+            await self._handle(exchange)
+        finally:
+            if exchange.started and not exchange.finished:
+                await exchange.end()
+            elif not exchange.started:
+                await exchange.error(500, "Internal error: no response", code=INTERNAL_ERROR)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        message = await receive()
+        if message["type"] != "lifespan.startup":
+            return
+        if self._nursery is not None:  # started by whoever serves us (e.g. serve_http)
+            await send({"type": "lifespan.startup.complete"})
+            await receive()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        try:
+            async with self.running():
+                await send({"type": "lifespan.startup.complete"})
+                await receive()
+        except Exception as exc:
+            log.error("MCP app failed: %r", exc, exc_info=exc)
+            await send({"type": "lifespan.shutdown.failed", "message": str(exc)})
+            return
+        await send({"type": "lifespan.shutdown.complete"})
+
+    async def _handle(self, exchange: _Exchange) -> None:
+        host = exchange.headers.get("host", [])
+        if len(host) != 1 or not self._host_allowed(host[0]):
+            log.info("refused HTTP request with Host %r", host)
+            await exchange.error(421, "Misdirected request: Host not allowed")
+            return
+        path = exchange.path.rstrip("/") or "/"
+        if self.authenticate is not None and path in (METADATA_PATH, METADATA_PATH + self.path):
+            await self._metadata(exchange)
+            return
+        if path != self.path:
+            await exchange.respond(404, b"not found\n", content_type="text/plain")
+            return
+        origins = exchange.headers.get("origin", [])
+        if len(origins) > 1 or (origins and not self._origin_allowed(origins[0])):
+            log.info("refused HTTP request from origin %r", origins)
+            await exchange.error(403, "Forbidden: Origin not allowed")
+            return
+        identity: str | None = None
+        if self.authenticate is not None:
+            token = bearer_token(exchange.headers.get("authorization", []))
+            try:
+                identity = await run_authenticator(self.authenticate, token) if token is not None else None
+            except Exception as exc:
+                log.error("authenticate() failed: %r", exc, exc_info=exc)
+                await exchange.error(500, "Internal error: authentication failed", code=INTERNAL_ERROR)
+                return
+            if identity is None:
+                challenge = f'Bearer resource_metadata="{self._metadata_url(exchange)}"'
+                if token is not None:
+                    challenge += ', error="invalid_token"'
+                await exchange.error(
+                    401,
+                    "Unauthorized: a valid bearer token is required",
+                    headers=[("www-authenticate", challenge)],
+                )
+                return
+        if self.runtime is None or self._nursery is None:
+            await exchange.error(503, "Service unavailable: the MCP app is not running", code=INTERNAL_ERROR)
+            return
+        if exchange.method not in ("POST", "GET", "DELETE"):
+            await exchange.error(405, "Method not allowed", headers=[("allow", "GET, POST, DELETE")])
+            return
+        body = await exchange.read_body(self.max_body_size)
+        if body is None:
+            await exchange.error(413, f"Request body larger than {self.max_body_size} bytes")
+            return
+        if exchange.disconnected.is_set():
+            return
+        version = exchange.header(HEADER_PROTOCOL_VERSION)
+        if exchange.method == "POST":
+            await self._post(exchange, body, identity)
+        elif version in MODERN_VERSIONS:
+            await exchange.error(
+                405, f"Method not allowed in {version}: POST only", headers=[("allow", "POST")]
+            )
+        elif exchange.method == "GET":
+            await self._get(exchange, identity)
+        else:
+            await self._delete(exchange, identity)
+
+    # -- well-known metadata ------------------------------------------------------------------
+    def _resource(self, exchange: _Exchange) -> str:
+        if self.resource_url is not None:
+            return self.resource_url
+        scheme = exchange.scope.get("scheme", "http")
+        return f"{scheme}://{exchange.header('host')}{self.path}"
+
+    def _metadata_url(self, exchange: _Exchange) -> str:
+        resource = self._resource(exchange)
+        scheme, _, rest = resource.partition("://")
+        authority, slash, path = rest.partition("/")
+        suffix = ("/" + path.rstrip("/")) if slash and path.strip("/") else ""
+        return f"{scheme}://{authority}{METADATA_PATH}{suffix}"
+
+    async def _metadata(self, exchange: _Exchange) -> None:
+        if exchange.method != "GET":
+            await exchange.error(405, "Method not allowed", headers=[("allow", "GET")])
+            return
+        document = {
+            "resource": self._resource(exchange),
+            "authorization_servers": self.authorization_servers,
+            "bearer_methods_supported": ["header"],
+            "scopes_supported": self.scopes_supported,
+        }
+        await exchange.respond(200, json.dumps(document).encode(), content_type=JSON)
+
+    # -- POST -------------------------------------------------------------------------------
+    async def _post(self, exchange: _Exchange, body: bytes, identity: str | None) -> None:
+        if not accepts(exchange.headers.get("accept", []), JSON, SSE):
+            await exchange.error(406, f"Not acceptable: the Accept header must list {JSON} and {SSE}")
+            return
+        content_type = (exchange.header("content-type") or "").split(";", 1)[0].strip().lower()
+        if content_type != JSON:
+            await exchange.error(415, f"Unsupported media type: send {JSON}")
+            return
+        try:
+            message = jsonrpc.parse(body)
+        except jsonrpc.InvalidMessage as exc:
+            error = exc.response.error
+            await exchange.error(400, error.message, code=error.code, id=exc.response.id)
+            return
+        version = exchange.header(HEADER_PROTOCOL_VERSION)
+        params = message.params if isinstance(message, jsonrpc.Request | jsonrpc.Notification) else None
+        if version in MODERN_VERSIONS or is_modern(params):
+            await self._modern_post(exchange, body, message, identity)
+        else:
+            await self._handshake_post(exchange, body, message, identity)
+
+    # -- the modern era ---------------------------------------------------------------------
+    @staticmethod
+    def _header_error(exchange: _Exchange, request: jsonrpc.Request) -> ErrorValue | None:
+        params = request.params or {}
+        meta = params.get("_meta")
+        body_version = meta.get(PROTOCOL_VERSION_KEY) if isinstance(meta, dict) else None
+        if not isinstance(body_version, str):
+            return ErrorValue(INVALID_PARAMS, f"Invalid params: missing _meta['{PROTOCOL_VERSION_KEY}']")
+
+        def one(name: str) -> str | Literal[False] | None:
+            values = exchange.headers.get(name, [])
+            if len(values) > 1:
+                return False
+            return values[0].strip() if values else None
+
+        version = one(HEADER_PROTOCOL_VERSION)
+        if version is None:
+            return ErrorValue(HEADER_MISMATCH, "Header mismatch: missing MCP-Protocol-Version header")
+        if version != body_version:
+            return ErrorValue(
+                HEADER_MISMATCH,
+                f"Header mismatch: MCP-Protocol-Version {version!r} but _meta says {body_version!r}",
+            )
+        method = one(HEADER_METHOD)
+        if method is None:
+            return ErrorValue(HEADER_MISMATCH, "Header mismatch: missing Mcp-Method header")
+        if method != request.method:
+            return ErrorValue(
+                HEADER_MISMATCH, f"Header mismatch: Mcp-Method {method!r} but the body is {request.method!r}"
+            )
+        name = expected_name(request.method, params)
+        if name is not None:
+            header = one(HEADER_NAME)
+            if header is None:
+                return ErrorValue(HEADER_MISMATCH, "Header mismatch: missing Mcp-Name header")
+            decoded = decode_header_value(header) if header is not False else None
+            if decoded is None:
+                return ErrorValue(HEADER_MISMATCH, "Header mismatch: malformed Mcp-Name header")
+            if decoded != name:
+                return ErrorValue(
+                    HEADER_MISMATCH, f"Header mismatch: Mcp-Name {decoded!r} but the body names {name!r}"
+                )
+        return None
+
+    async def _modern_post(
+        self, exchange: _Exchange, body: bytes, message: jsonrpc.Message, identity: str | None
+    ) -> None:
+        if isinstance(message, jsonrpc.Notification):
+            await exchange.respond(202)  # nothing to act on: cancelling is closing the response
+            return
+        if not isinstance(message, jsonrpc.Request):
+            await exchange.error(400, "Invalid request: clients do not POST responses in this era")
+            return
+        error = self._header_error(exchange, message)
+        if error is not None:
+            await exchange.error(400, error.message, code=error.code, id=message.id, data=error.data)
+            return
+        owner = identity_owner(identity) if identity is not None else ANONYMOUS_OWNER
+        transport = _OneShot(body)
+        runtime = self.runtime
+        assert runtime is not None
+
+        async def serve() -> None:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(functools.partial(runtime.serve, transport, owner=owner))
+                await self._answer_modern(exchange, transport)
+                nursery.cancel_scope.cancel()
+
+        if not await _until_disconnect(exchange, serve):
+            log.debug("modern request %r cancelled: the client closed its response", message.id)
+
+    async def _answer_modern(self, exchange: _Exchange, transport: _OneShot) -> None:
+        try:
+            first = await transport.out_recv.receive()
+        except trio.EndOfChannel:
+            await exchange.error(500, "Internal error: no response", code=INTERNAL_ERROR)
+            return
+        kind, code = _classify(first)
+        if kind == "response":
+            status = MODERN_STATUS.get(code, 200) if code is not None else 200
+            await exchange.respond(status, first, content_type=JSON)
+            return
+        if not await exchange.start_sse():
+            return
+        data = first
+        while True:
+            if not await exchange.write(sse_event(data)):
+                return
+            if _classify(data)[0] == "response":
+                break
+            following: bytes | None = None
+            ended = False
+            while following is None and not ended:
+                with trio.move_on_after(self.keepalive_interval):
+                    try:
+                        following = await transport.out_recv.receive()
+                    except trio.EndOfChannel:
+                        ended = True
+                if following is None and not ended and not await exchange.write(sse_comment()):
+                    return
+            if following is None:
+                break  # the session ended without a response (it crashed): end the stream
+            data = following
+        await exchange.end()
+
+    # -- the handshake era ------------------------------------------------------------------
+    def _version_error(self, exchange: _Exchange) -> str | None:
+        version = exchange.header(HEADER_PROTOCOL_VERSION)
+        if version is not None and version.strip() not in HANDSHAKE_VERSIONS:
+            return (
+                f"Unsupported MCP-Protocol-Version: {version!r} (supported: {', '.join(HANDSHAKE_VERSIONS)})"
+            )
+        return None
+
+    async def _session_of(self, exchange: _Exchange, identity: str | None) -> _Session | None:
+        """The request's session, or None after answering 400 (no header) / 404 (unknown)."""
+        values = exchange.headers.get(HEADER_SESSION_ID, [])
+        if not values:
+            await exchange.error(400, "Bad request: missing Mcp-Session-Id header (send initialize first)")
+            return None
+        session = self.sessions.get(values[0].strip()) if len(values) == 1 else None
+        if session is None or session.closed or session.identity != identity:
+            await exchange.error(404, "Session not found")
+            return None
+        return session
+
+    async def _handshake_post(
+        self, exchange: _Exchange, body: bytes, message: jsonrpc.Message, identity: str | None
+    ) -> None:
+        request_id = message.id if isinstance(message, jsonrpc.Request) else None
+        problem = self._version_error(exchange)
+        if problem is not None:
+            await exchange.error(400, problem, id=request_id)
+            return
+        creating = (
+            isinstance(message, jsonrpc.Request)
+            and message.method == "initialize"
+            and not exchange.headers.get(HEADER_SESSION_ID)
+        )
+        if creating:
+            session = self._new_session(identity)
+            if session is None:
+                await exchange.error(
+                    503,
+                    "Service unavailable: too many sessions",
+                    id=request_id,
+                    headers=[("retry-after", "5")],
+                )
+                return
+        else:
+            found = await self._session_of(exchange, identity)
+            if found is None:
+                return
+            session = found
+        with session.in_use():
+            if not isinstance(message, jsonrpc.Request):
+                if await session.feed(body):
+                    if isinstance(message, jsonrpc.Notification) and message.method == CANCELLED:
+                        session.withdraw((message.params or {}).get("requestId"))
+                    await exchange.respond(202)
+                else:
+                    await exchange.error(404, "Session not found")
+                return
+            if message.method in STREAMING_METHODS:
+                await self._post_stream(exchange, session, body, message)
+            else:
+                await self._post_json(exchange, session, body, message, creating)
+
+    def _new_session(self, identity: str | None) -> _Session | None:
+        if len(self.sessions) >= self.max_sessions:
+            return None
+        assert self._nursery is not None
+        session = _Session(secrets.token_urlsafe(32), identity, self.event_buffer)
+        self.sessions[session.id] = session
+        owner = identity_owner(identity) if identity is not None else None
+        self._nursery.start_soon(self._run_session, session, owner)
+        return session
+
+    async def _post_json(
+        self, exchange: _Exchange, session: _Session, body: bytes, request: jsonrpc.Request, creating: bool
+    ) -> None:
+        waiter = session.wait_json(request.id)
+        if not await session.feed(body):
+            await exchange.error(404, "Session not found")
+            return
+
+        async def wait() -> None:
+            await waiter.done.wait()
+
+        if not await _until_disconnect(exchange, wait):
+            session.abandon(request.id, waiter)
+            if creating:
+                self._end(session)
+            return
+        if waiter.data is None:
+            if session.closed:
+                await exchange.error(404, "Session not found: it ended", id=request.id)
+            else:
+                await exchange.respond(204)  # the client cancelled it: there is no response
+            return
+        headers: list[tuple[str, str]] = []
+        if creating:
+            if _classify(waiter.data)[0] == "response" and _classify(waiter.data)[1] is None:
+                headers.append((HEADER_SESSION_ID, session.id))
+            else:
+                self._end(session)
+        await exchange.respond(200, waiter.data, content_type=JSON, headers=headers)
+
+    async def _post_stream(
+        self, exchange: _Exchange, session: _Session, body: bytes, request: jsonrpc.Request
+    ) -> None:
+        meta = (request.params or {}).get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        stream = session.open_post_stream(request.id, token)
+        start = session.seq
+        if not await session.feed(body):
+            await exchange.error(404, "Session not found")
+            return
+        await self._serve_stream(exchange, session, stream, start)
+
+    async def _serve_stream(
+        self, exchange: _Exchange, session: _Session, stream: _Stream, after: int
+    ) -> None:
+        """Write ``stream``'s events after ``after`` as SSE until it is finished (a POST
+        stream) or the session ends or the client goes."""
+        if stream.consumer is not None:
+            stream.consumer.cancel()  # a resumption takes over from a connection we think alive
+        scope = trio.CancelScope()
+        stream.consumer = scope
+        try:
+            with scope:
+                if not await exchange.start_sse():
+                    return
+                priming = sse_event("", id=format_event_id(stream.key, after), retry=self.retry_ms)
+                if not await exchange.write(priming):
+                    return
+
+                async def pump() -> None:
+                    cursor = after
+                    while True:
+                        changed = stream.changed
+                        new = stream.after(cursor)
+                        for event in new:
+                            if not await exchange.write(
+                                sse_event(event.data, id=format_event_id(stream.key, event.seq))
+                            ):
+                                return
+                            cursor = event.seq
+                            stream.sent_upto = max(stream.sent_upto, cursor)
+                        if new:
+                            continue
+                        if (stream.finished and stream.key != GET_STREAM) or session.closed:
+                            return
+                        with trio.move_on_after(self.keepalive_interval) as quiet:
+                            await changed.wait()
+                        if quiet.cancelled_caught and not await exchange.write(sse_comment()):
+                            return
+
+                await _until_disconnect(exchange, pump)
+        finally:
+            if stream.consumer is scope:
+                stream.consumer = None
+                session._forget_if_done(stream)
+
+    # -- GET and DELETE -----------------------------------------------------------------------
+    async def _get(self, exchange: _Exchange, identity: str | None) -> None:
+        if not accepts(exchange.headers.get("accept", []), SSE):
+            await exchange.error(406, f"Not acceptable: the Accept header must list {SSE}")
+            return
+        problem = self._version_error(exchange)
+        if problem is not None:
+            await exchange.error(400, problem)
+            return
+        session = await self._session_of(exchange, identity)
+        if session is None:
+            return
+        last = exchange.header(HEADER_LAST_EVENT_ID)
+        if last is not None:
+            parsed = parse_event_id(last)
+            stream = session.streams.get(parsed[0]) if parsed is not None else None
+            if parsed is None or stream is None:
+                await exchange.error(400, f"Bad request: unknown or expired Last-Event-ID {last!r}")
+                return
+            after = parsed[1]
+        else:
+            stream = session.get_stream
+            if stream.consumer is not None:
+                await exchange.error(409, "Conflict: this session's GET stream is already open")
+                return
+            after = stream.sent_upto
+        with session.in_use():
+            await self._serve_stream(exchange, session, stream, after)
+
+    async def _delete(self, exchange: _Exchange, identity: str | None) -> None:
+        problem = self._version_error(exchange)
+        if problem is not None:
+            await exchange.error(400, problem)
+            return
+        session = await self._session_of(exchange, identity)
+        if session is None:
+            return
+        self._end(session)
+        with trio.move_on_after(5):
+            await session.ended.wait()
+        await exchange.respond(200)
+
+
+def _classify(data: bytes) -> tuple[str, int | None]:
+    """("response", error code or None) / ("request", None) / ("notification", None)."""
+    try:
+        message = json.loads(data)
+    except ValueError:
+        return "notification", None
+    if not isinstance(message, dict):
+        return "notification", None
+    if "method" in message:
+        return ("request" if "id" in message else "notification"), None
+    error = message.get("error")
+    code = error.get("code") if isinstance(error, dict) else None
+    return "response", code if isinstance(code, int) else None
+
+
+class _OneShot:
+    """The transport of one modern-era POST: its request in, its notifications and response out."""
+
+    def __init__(self, request: bytes) -> None:
+        self._request: bytes | None = request
+        self._answered = trio.Event()
+        self.out_send, self.out_recv = trio.open_memory_channel[bytes](64)
+
+    async def receive(self) -> bytes:
+        if self._request is not None:
+            request, self._request = self._request, None
+            return request
+        await self._answered.wait()
+        raise trio.EndOfChannel
+
+    async def send(self, message: bytes) -> None:
+        kind, _ = _classify(message)
+        if kind == "request":
+            log.warning("dropped a server request in the modern era (it has no way to the client)")
+            return
+        try:
+            await self.out_send.send(message)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+        if kind == "response":
+            self._answered.set()
+
+    async def aclose(self) -> None:
+        self._answered.set()
+        self.out_send.close()
+
+
+def mcp_asgi_app(
+    server_or_runtime: Server | ServerRuntime,
+    *,
+    path: str = "/mcp",
+    allowed_origins: OriginPolicy = DEFAULT_ALLOWED_ORIGINS,
+    allowed_hosts: Iterable[str] | Callable[[str], bool] | None = DEFAULT_ALLOWED_HOSTS,
+    authenticate: Authenticator | None = None,
+    authorization_servers: Iterable[str] = (),
+    scopes_supported: Iterable[str] = (),
+    resource_url: str | None = None,
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+    event_buffer: int = DEFAULT_EVENT_BUFFER,
+    retry_ms: int = DEFAULT_RETRY_MS,
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
+    keepalive_interval: float = DEFAULT_KEEPALIVE_INTERVAL,
+) -> McpHttpApp:
+    """The MCP endpoint at ``path`` as an ASGI application, serving both protocol eras.
+
+    ``server_or_runtime``: a :class:`~trio_mcp.Server` (a runtime is opened while the app runs)
+    or an open :class:`~trio_mcp.ServerRuntime` (to share tasks with other transports).
+
+    Security: ``allowed_hosts`` (``Host`` allow-list against DNS rebinding, else **421**;
+    default the loopback names, any port; None turns the check off), ``allowed_origins``
+    (browser ``Origin`` allow-list, else **403**; requests without ``Origin`` pass),
+    ``authenticate`` (bearer token → identity or None; missing or refused → **401** with
+    ``WWW-Authenticate: Bearer resource_metadata="…"``; it also turns on the RFC 9728
+    document at ``/.well-known/oauth-protected-resource[/<path>]``, listing
+    ``authorization_servers`` and ``scopes_supported``; ``resource_url`` is the public URL of
+    the endpoint, default taken from the request's ``Host``), ``max_body_size`` (else **413**).
+
+    Limits: ``event_buffer`` SSE events kept per session for replay, ``retry_ms`` sent to
+    clients, ``idle_timeout`` seconds before an unused session ends, ``max_sessions`` at once
+    (else **503**), ``keepalive_interval`` seconds between SSE comments on quiet streams.
+    """
+    return McpHttpApp(
+        server_or_runtime,
+        path=path,
+        allowed_origins=allowed_origins,
+        allowed_hosts=allowed_hosts,
+        authenticate=authenticate,
+        authorization_servers=authorization_servers,
+        scopes_supported=scopes_supported,
+        resource_url=resource_url,
+        max_body_size=max_body_size,
+        event_buffer=event_buffer,
+        retry_ms=retry_ms,
+        idle_timeout=idle_timeout,
+        max_sessions=max_sessions,
+        keepalive_interval=keepalive_interval,
+    )
+
+
+_AUTO: Any = object()
+
+
+def _bind(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+def _port_of(bind: str) -> int:
+    return int(bind.rstrip("/").rpartition(":")[2])
+
+
+async def serve_http(
+    server_or_runtime: Server | ServerRuntime,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    path: str = "/mcp",
+    allowed_origins: OriginPolicy = DEFAULT_ALLOWED_ORIGINS,
+    allowed_hosts: Iterable[str] | Callable[[str], bool] | None = _AUTO,
+    authenticate: Authenticator | None = None,
+    authorization_servers: Iterable[str] = (),
+    scopes_supported: Iterable[str] = (),
+    resource_url: str | None = None,
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+    event_buffer: int = DEFAULT_EVENT_BUFFER,
+    retry_ms: int = DEFAULT_RETRY_MS,
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
+    keepalive_interval: float = DEFAULT_KEEPALIVE_INTERVAL,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Serve MCP over Streamable HTTP at ``http://host:port/path`` until cancelled (hypercorn,
+    Trio worker). ``port = await nursery.start(serve_http, server)`` reports the bound port
+    (``port=0``, the default, picks a free one).
+
+    Arguments as for :func:`mcp_asgi_app`, except ``allowed_hosts``, whose default depends on
+    ``host``: bound to a loopback address, the loopback names (any port); otherwise no Host
+    check (list your public names). ``certfile``/``keyfile`` serve HTTPS.
+    """
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    if allowed_hosts is _AUTO:
+        allowed_hosts = DEFAULT_ALLOWED_HOSTS if is_loopback(host) else None
+    app = McpHttpApp(
+        server_or_runtime,
+        path=path,
+        allowed_origins=allowed_origins,
+        allowed_hosts=allowed_hosts,
+        authenticate=authenticate,
+        authorization_servers=authorization_servers,
+        scopes_supported=scopes_supported,
+        resource_url=resource_url,
+        max_body_size=max_body_size,
+        event_buffer=event_buffer,
+        retry_ms=retry_ms,
+        idle_timeout=idle_timeout,
+        max_sessions=max_sessions,
+        keepalive_interval=keepalive_interval,
+    )
+    config = Config()
+    config.bind = [_bind(host, port)]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("trio_mcp.http.hypercorn")
+    config.graceful_timeout = 1.0
+    if certfile is not None:
+        config.certfile = certfile
+        config.keyfile = keyfile
+    if ssl.HAS_ALPN:
+        config.alpn_protocols = ["h2", "http/1.1"]
+    async with app.running(), trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(serve, app, config)
+        bound = _port_of(binds[0])
+        log.info("serving MCP over HTTP on %s (path %s)", binds[0], path)
+        task_status.started(bound)
+        await trio.sleep_forever()
+    raise AssertionError("unreachable")  # pragma: no cover
