@@ -6,7 +6,7 @@ SDK2_VENV := .venv-sdk2
 SDK2_STAMP := $(SDK2_VENV)/.installed
 SDK2_VERSION := 2.3.0
 
-.PHONY: test lint typecheck pytest demo bench clean
+.PHONY: test lint typecheck pytest conformance demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,8 +32,15 @@ pytest: $(STAMP) $(SDK2_STAMP)
 	$(BIN)/python -m pytest
 	$(BIN)/python -m pytest --task-store=json tests/test_tasks.py tests/test_input_required.py tests/test_client_tasks.py tests/test_testing_kit.py tests/test_session_protocol.py tests/test_docs_testing.py tests/test_docs_guide.py tests/test_runtime.py tests/test_websocket.py tests/test_store_contract.py tests/test_modern_era.py tests/test_modern_client.py
 	$(BIN)/python -m pytest --task-store=sqlite tests/test_tasks.py tests/test_input_required.py tests/test_client_tasks.py tests/test_testing_kit.py tests/test_session_protocol.py tests/test_docs_testing.py tests/test_docs_guide.py tests/test_runtime.py tests/test_websocket.py tests/test_store_contract.py tests/test_modern_era.py tests/test_modern_client.py
+	$(BIN)/python -m pytest --task-store=redis tests/test_tasks.py tests/test_input_required.py tests/test_client_tasks.py tests/test_testing_kit.py tests/test_session_protocol.py tests/test_docs_testing.py tests/test_docs_guide.py tests/test_runtime.py tests/test_websocket.py tests/test_store_contract.py tests/test_modern_era.py tests/test_modern_client.py
 
-test: lint typecheck pytest
+# The official MCP conformance suite against examples/conformance_server.py: Node 22 and the
+# pinned suite are installed once into .cache/conformance/ (needs npm); known failures, each
+# with its reason, are in conformance/expected-failures.yml (scripts/conformance.py).
+conformance: $(STAMP)
+	$(BIN)/python scripts/conformance.py
+
+test: lint typecheck pytest conformance
 
 demo: $(STAMP)
 	$(BIN)/trio-mcp demo

@@ -33,7 +33,7 @@ collect_ignore = ["interop/sdk2_client.py"]
 
 # ----------------------------------------------------------------------------- the task store
 
-TASK_STORES = ("memory", "json", "sqlite")
+TASK_STORES = ("memory", "json", "sqlite", "redis")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -42,8 +42,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=TASK_STORES,
         default="memory",
         help="the store every task supervisor keeps its records in when none is given: memory (the"
-        " default store), json (tests/json_store.py: records kept only as JSON text) or sqlite"
-        " (trio_mcp.actors.sqlite_store: each store a fresh SQLite file)",
+        " default store), json (tests/json_store.py: records kept only as JSON text), sqlite"
+        " (trio_mcp.actors.sqlite_store: each store a fresh SQLite file) or redis"
+        " (trio_mcp.actors.redis_store: each store a fresh key prefix on a test server, see"
+        " tests/redis_server.py)",
     )
 
 
@@ -66,6 +68,11 @@ def task_store_choice(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
     elif choice == "sqlite":
         monkeypatch.setattr("trio_mcp.server._server.MemoryTaskStore", fresh_sqlite_store)
         monkeypatch.setattr("trio_mcp.actors.supervisor.MemoryTaskStore", fresh_sqlite_store)
+    elif choice == "redis":
+        from redis_server import fresh_redis_store
+
+        monkeypatch.setattr("trio_mcp.server._server.MemoryTaskStore", fresh_redis_store)
+        monkeypatch.setattr("trio_mcp.actors.supervisor.MemoryTaskStore", fresh_redis_store)
     return choice
 
 

@@ -17,9 +17,11 @@ from trio_mcp.protocol.commands import (
     CancelTask,
     GetTask,
     Initialize,
+    ListResources,
     ListTasks,
     ListTools,
     Ping,
+    ReadResource,
     SetLogLevel,
 )
 from trio_mcp.protocol.errors import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, ErrorValue
@@ -185,8 +187,12 @@ def test_methods_after_initialize() -> None:
     assert dialect.interpret(Request(1, "logging/setLevel", {"level": "info"}), tool_support) == SetLogLevel(
         "info"
     )
-    unknown = dialect.interpret(Request(1, "resources/list"), tool_support)
-    assert unknown == ErrorValue(METHOD_NOT_FOUND, "Method not found: resources/list")
+    assert dialect.interpret(Request(1, "resources/list"), tool_support) == ListResources(None)
+    assert dialect.interpret(Request(1, "resources/read", {"uri": "test://a"}), tool_support) == ReadResource(
+        "test://a"
+    )
+    unknown = dialect.interpret(Request(1, "resources/nonsense"), tool_support)
+    assert unknown == ErrorValue(METHOD_NOT_FOUND, "Method not found: resources/nonsense")
 
 
 def test_set_level_with_a_bad_level_is_invalid_params() -> None:

@@ -308,7 +308,7 @@ async def test_discover_describes_the_modern_server() -> None:
             "resultType": "complete",
             "supportedVersions": [MODERN],
             "capabilities": {
-                "tools": {"listChanged": False},
+                "tools": {"listChanged": True},
                 "logging": {},
                 "extensions": {TASKS: {}},
             },
@@ -507,7 +507,9 @@ async def test_task_completes_with_its_result_inline(autojump_clock: Any) -> Non
 
 async def test_error_result_completes_the_task(autojump_clock: Any) -> None:
     async with open_wire(make_server()) as wire:
-        task_id = assert_flat_created(await wire.call("job_broken", {"message": "oops"}, tasks=True))
+        # A required tool is always a task; one that ends at once is shown already ended.
+        created = await wire.call("job_broken", {"message": "oops"}, tasks=True)
+        task_id = assert_flat_created(created, status="completed")
         await settle()
         done = await wire.get(task_id)
         assert done["status"] == "completed"  # not failed: isError is a tool result
@@ -517,7 +519,8 @@ async def test_error_result_completes_the_task(autojump_clock: Any) -> None:
 
 async def test_mcp_error_fails_the_task(autojump_clock: Any) -> None:
     async with open_wire(make_server()) as wire:
-        task_id = assert_flat_created(await wire.call("job_invalid", {"message": "bad input"}, tasks=True))
+        created = await wire.call("job_invalid", {"message": "bad input"}, tasks=True)
+        task_id = assert_flat_created(created, status="failed", message="bad input")
         await settle()
         failed = await wire.get(task_id)
         assert failed["status"] == "failed"
@@ -806,13 +809,21 @@ async def test_eliciting_task_without_the_elicitation_capability_is_32021(autoju
 # ----------------------------------------------------------------------------- 9. MRTR on a plain call
 
 
+def only_key(result: dict[str, Any]) -> str:
+    """The one key of an answer's ``inputRequests``."""
+    [key] = result["inputRequests"]
+    assert isinstance(key, str) and key.startswith("input-")
+    return key
+
+
 async def first_round(wire: Wire, arguments: dict[str, Any]) -> dict[str, Any]:
-    """Call ``greet``; it must answer an InputRequiredResult asking for input-0."""
+    """Call ``greet``; it must answer an InputRequiredResult asking one question (under a key
+    made from the question: the same whenever the same call asks it)."""
     result = await wire.call("greet", arguments, elicitation=True)
     assert set(result) == {"resultType", "inputRequests", "requestState", "_meta"}
     assert result["resultType"] == "input_required"
     assert result["inputRequests"] == {
-        "input-0": {
+        only_key(result): {
             "method": "elicitation/create",
             "params": {"message": "name?", "requestedSchema": NAME_SCHEMA},
         }
@@ -832,7 +843,7 @@ async def test_mrtr_input_required_then_retry_with_the_answer() -> None:
         retry = {
             "name": "greet",
             "arguments": {"greeting": "Hello"},
-            "inputResponses": {"input-0": ADA},
+            "inputResponses": {only_key(first): ADA},
             "requestState": first["requestState"],
         }
         second_id = await wire.send_request("tools/call", retry, elicitation=True)
@@ -852,25 +863,26 @@ async def test_mrtr_retry_without_the_answer_asks_again() -> None:
             elicitation=True,
         )
         assert again["resultType"] == "input_required"
-        assert list(again["inputRequests"]) == ["input-0"]
+        assert list(again["inputRequests"]) == [only_key(first)]  # the same key again
 
 
 async def test_mrtr_multi_round_keeps_earlier_answers() -> None:
     async with open_wire(make_server()) as wire:
         first = await wire.call("ask_twice", elicitation=True)
-        assert list(first["inputRequests"]) == ["input-0"]
+        key1 = only_key(first)
         second = await wire.call(
             "ask_twice",
-            extra={"inputResponses": {"input-0": ADA}, "requestState": first["requestState"]},
+            extra={"inputResponses": {key1: ADA}, "requestState": first["requestState"]},
             elicitation=True,
         )
         assert second["resultType"] == "input_required"
-        assert list(second["inputRequests"]) == ["input-1"]
-        assert second["inputRequests"]["input-1"]["params"]["message"] == "second?"
+        key2 = only_key(second)
+        assert key2 != key1
+        assert second["inputRequests"][key2]["params"]["message"] == "second?"
         final = await wire.call(
             "ask_twice",
             extra={
-                "inputResponses": {"input-1": {"action": "accept", "content": {"name": "Bob"}}},
+                "inputResponses": {key2: {"action": "accept", "content": {"name": "Bob"}}},
                 "requestState": second["requestState"],
             },
             elicitation=True,
@@ -881,7 +893,8 @@ async def test_mrtr_multi_round_keeps_earlier_answers() -> None:
 
 async def test_mrtr_tampered_request_state_is_invalid_params() -> None:
     async with open_wire(make_server()) as wire:
-        state: str = (await first_round(wire, {"greeting": "Hi"}))["requestState"]
+        first = await first_round(wire, {"greeting": "Hi"})
+        state: str = first["requestState"]
         middle = len(state) // 2
         assert state[middle] != "."
         tampered = state[:middle] + ("A" if state[middle] != "A" else "B") + state[middle + 1 :]
@@ -890,7 +903,7 @@ async def test_mrtr_tampered_request_state_is_invalid_params() -> None:
             {
                 "name": "greet",
                 "arguments": {"greeting": "Hi"},
-                "inputResponses": {"input-0": ADA},
+                "inputResponses": {only_key(first): ADA},
                 "requestState": tampered,
             },
             elicitation=True,
@@ -901,7 +914,7 @@ async def test_mrtr_tampered_request_state_is_invalid_params() -> None:
         final = await wire.call(
             "greet",
             {"greeting": "Hi"},
-            extra={"inputResponses": {"input-0": ADA}, "requestState": state},
+            extra={"inputResponses": {only_key(first): ADA}, "requestState": state},
             elicitation=True,
         )
         assert text_of(final) == "Hi, Ada"
@@ -909,13 +922,14 @@ async def test_mrtr_tampered_request_state_is_invalid_params() -> None:
 
 async def test_mrtr_request_state_is_bound_to_the_arguments() -> None:
     async with open_wire(make_server()) as wire:
-        state = (await first_round(wire, {"greeting": "Hi"}))["requestState"]
+        first = await first_round(wire, {"greeting": "Hi"})
+        state = first["requestState"]
         error = await wire.error(
             "tools/call",
             {
                 "name": "greet",
                 "arguments": {"greeting": "Bye"},
-                "inputResponses": {"input-0": ADA},
+                "inputResponses": {only_key(first): ADA},
                 "requestState": state,
             },
             elicitation=True,
@@ -929,14 +943,15 @@ async def test_mrtr_request_state_expires() -> None:
     server = make_server()
     async with server.open(wall_clock=lambda: now[0]) as runtime, trio.open_nursery() as nursery:
         wire = await serve_wire(runtime, nursery)
-        state = (await first_round(wire, {"greeting": "Hi"}))["requestState"]
+        first = await first_round(wire, {"greeting": "Hi"})
+        state = first["requestState"]
         now[0] += server.state_codec.lifetime + 1
         error = await wire.error(
             "tools/call",
             {
                 "name": "greet",
                 "arguments": {"greeting": "Hi"},
-                "inputResponses": {"input-0": ADA},
+                "inputResponses": {only_key(first): ADA},
                 "requestState": state,
             },
             elicitation=True,
@@ -1072,9 +1087,23 @@ async def test_listen_rules(autojump_clock: Any) -> None:
         assert (await wire.error("subscriptions/listen", {}))["code"] == INVALID_PARAMS
         bad = {"notifications": {"taskIds": [1, 2]}}
         assert (await wire.error("subscriptions/listen", bad, tasks=True))["code"] == INVALID_PARAMS
-        # Nothing this server can stream was asked for: acknowledged with nothing honoured.
+        # List changes are streamed too: a tool added while serving is announced, tagged.
         listen_id = await wire.send_request(
             "subscriptions/listen", {"notifications": {"toolsListChanged": True}}
         )
         ack = await wire.receive()
-        assert ack["params"] == {"notifications": {}, "_meta": {SUBSCRIPTION_ID_KEY: listen_id}}
+        assert ack["params"] == {
+            "notifications": {"toolsListChanged": True},
+            "_meta": {SUBSCRIPTION_ID_KEY: listen_id},
+        }
+
+        async def added() -> str:
+            return "new"
+
+        wire.runtime.server.add_tool(added)
+        changed = await wire.receive()
+        assert changed == {
+            "jsonrpc": "2.0",
+            "method": "notifications/tools/list_changed",
+            "params": {"_meta": {SUBSCRIPTION_ID_KEY: listen_id}},
+        }

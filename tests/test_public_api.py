@@ -76,6 +76,7 @@ CLIENT_API = {
 PUBLIC_MODULES = [
     "trio_mcp",
     "trio_mcp.actors",
+    "trio_mcp.actors.redis_store",
     "trio_mcp.actors.runtime",
     "trio_mcp.actors.sqlite_store",
     "trio_mcp.actors.store",
@@ -105,6 +106,7 @@ PUBLIC_MODULES = [
     "trio_mcp.protocol.records",
     "trio_mcp.protocol.request_state",
     "trio_mcp.protocol.schema",
+    "trio_mcp.protocol.surface",
     "trio_mcp.protocol.tasks",
     "trio_mcp.protocol.versions",
     "trio_mcp.server",

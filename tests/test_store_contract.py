@@ -1,7 +1,8 @@
 """Every TaskStore keeps the rules of ``trio_mcp/actors/store.py``'s docstring.
 
 Each test runs against the in-memory store, :class:`json_store.JsonTextTaskStore` (records
-kept only as JSON text) and the SQLite store (a fresh file each); a new store joins the suite by
+kept only as JSON text), the SQLite store (a fresh file each) and the Redis store (a fresh key
+prefix each, on the test server of ``tests/redis_server.py``); a new store joins the suite by
 adding its factory to ``STORES``.
 """
 
@@ -15,6 +16,7 @@ import attrs
 import pytest
 from conftest import fresh_sqlite_store
 from json_store import JsonTextTaskStore
+from redis_server import fresh_redis_store
 
 from trio_mcp import Server
 from trio_mcp.actors.store import InvalidCursor, MemoryTaskStore, TaskStore
@@ -27,6 +29,7 @@ STORES: dict[str, Callable[[], TaskStore]] = {
     "memory": MemoryTaskStore,
     "json": JsonTextTaskStore,
     "sqlite": fresh_sqlite_store,
+    "redis": fresh_redis_store,
 }
 
 
@@ -498,7 +501,12 @@ async def echo(text: str) -> str:
 
 
 def expected_store(choice: str) -> str:
-    return {"memory": "MemoryTaskStore", "json": "JsonTextTaskStore", "sqlite": "SqliteTaskStore"}[choice]
+    return {
+        "memory": "MemoryTaskStore",
+        "json": "JsonTextTaskStore",
+        "sqlite": "SqliteTaskStore",
+        "redis": "RedisTaskStore",
+    }[choice]
 
 
 async def test_the_task_store_option_reaches_servers_built_at_import(

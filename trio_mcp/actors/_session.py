@@ -10,13 +10,18 @@ sends reaches past this actor as an exception: every failure becomes a JSON-RPC 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import itertools
+import json
 import logging
+import math
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+import attrs
 import trio
 from outcome import Outcome
 
@@ -25,19 +30,34 @@ from ..protocol.commands import (
     AwaitTaskResult,
     CallTool,
     CancelTask,
+    Command,
+    Complete,
     Discover,
+    GetPrompt,
     GetTask,
     Initialize,
     Listen,
+    ListPrompts,
+    ListResources,
+    ListResourceTemplates,
     ListTasks,
     ListTools,
     Ping,
+    ReadResource,
     SetLogLevel,
+    SubscribeResource,
     UpdateTask,
 )
 from ..protocol.converter import unstructure
 from ..protocol.cursors import decode_cursor, encode_cursor
-from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, ErrorValue, McpError
+from ..protocol.errors import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    ErrorValue,
+    McpError,
+)
 from ..protocol.handshake import HandshakeDialect
 from ..protocol.messages import CallToolResult, CreateTaskResult, Implementation, TaskSupport, Tool
 from ..protocol.modern import ModernDialect, ModernScope, is_modern
@@ -62,6 +82,12 @@ answered at once with :data:`TOO_MANY_REQUESTS`; the reader never stops reading,
 cancellations and the client's own answers always get through."""
 
 SHUTTING_DOWN = ErrorValue(INTERNAL_ERROR, "Server shutting down: the request was cancelled")
+
+REQUIRED_INPUT_ROUNDS = 32
+"""Scheduler rounds a ``task_support="required"`` tool runs, in the modern era, before its
+CreateTaskResult goes out: input it asks for within them is gathered first by multi
+round-trip (``InputRequiredResult``), as SEP-2663 asks of a tool that gathers input and then
+runs as a task. Input asked later is asked through the task."""
 
 TOO_MANY_REQUESTS = ErrorValue(
     INTERNAL_ERROR, f"Server overloaded: at most {MAX_WAITING_REQUESTS} outstanding requests per connection"
@@ -98,6 +124,16 @@ class Service(Protocol):
     @property
     def state_codec(self) -> StateCodec: ...
 
+    def capabilities(self) -> dict[str, Any]: ...
+    def resource_list(self) -> list[dict[str, Any]]: ...
+    def template_list(self) -> list[dict[str, Any]]: ...
+    def prompt_list(self) -> list[dict[str, Any]]: ...
+    async def read_resource(self, uri: str, call: ToolCall) -> list[dict[str, Any]] | None: ...
+    async def get_prompt(self, name: str, arguments: dict[str, str], call: ToolCall) -> dict[str, Any]: ...
+    async def complete(
+        self, ref: dict[str, Any], argument: dict[str, Any], context: dict[str, Any] | None
+    ) -> dict[str, Any]: ...
+
 
 _session_numbers = itertools.count(1)
 
@@ -124,19 +160,58 @@ class Scope(Renderer, Protocol):
     ) -> tuple[str, dict[str, Any]] | ErrorValue: ...
     def client_accepts_task(self, kind: str, verb: str) -> bool: ...
     def settle_tool_result(self, result: CallToolResult) -> TaskOutcome: ...
+    def cacheable(self, result: dict[str, Any]) -> dict[str, Any]: ...
+    def resource_not_found(self, uri: str) -> ErrorValue: ...
+
+
+_CAPABILITY_OF_METHOD: dict[str, str] = {
+    "resources/list": "resources",
+    "resources/templates/list": "resources",
+    "resources/read": "resources",
+    "resources/subscribe": "resources",
+    "resources/unsubscribe": "resources",
+    "prompts/list": "prompts",
+    "prompts/get": "prompts",
+    "completion/complete": "completions",
+}
+
+
+@attrs.frozen
+class _Listener:
+    """An open ``subscriptions/listen`` stream: its scope and what it asked for."""
+
+    scope: ModernScope
+    lists: frozenset[str]
+    uris: frozenset[str]
 
 
 class InputNeeded:
-    """A modern-era plain call's multi round-trip state: the answers it was given (from the
-    ``requestState`` and the retry's ``inputResponses``) and the input it still needs."""
+    """A modern-era call's multi round-trip state: the answers it was given (from the
+    ``requestState`` and the retry's ``inputResponses``) and the input it still needs.
 
-    __slots__ = ("answers", "needed", "next_key", "scope")
+    Keys are the tool's own (``ctx.elicit(..., key="user_name")``) or made from the request
+    itself (a digest of method and params, numbered if asked again), so the same call re-run
+    asks under the same keys whatever order concurrent questions happen in. ``task_shown``:
+    for a call running as a task, whether its CreateTaskResult went out (input is then asked
+    through the task instead)."""
+
+    __slots__ = ("answers", "asked", "needed", "needed_event", "scope", "task_shown")
 
     def __init__(self, answers: dict[str, Any]) -> None:
         self.answers = answers
         self.needed: dict[str, Any] = {}
-        self.next_key = 0
+        self.asked: dict[str, int] = {}
         self.scope = trio.CancelScope()
+        self.needed_event = trio.Event()
+        self.task_shown = False
+
+    def key_for(self, key: str | None, request: dict[str, Any]) -> str:
+        if key is None:
+            canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), default=str)
+            key = "input-" + hashlib.sha256(canonical.encode()).hexdigest()[:12]
+        seen = self.asked.get(key, 0)
+        self.asked[key] = seen + 1
+        return key if seen == 0 else f"{key}-{seen + 1}"
 
 
 class ToolCall:
@@ -198,27 +273,30 @@ class ToolCall:
         return params is not None and self.session.notify("notifications/message", params)
 
     async def ask_client(
-        self, capability: str, method: str, params: dict[str, Any], status: str | None
+        self, capability: str, method: str, params: dict[str, Any], status: str | None, key: str | None = None
     ) -> dict[str, Any]:
-        """Input from the client, the way this call's era and mode provide it."""
+        """Input from the client, the way this call's era and mode provide it. ``key`` names
+        the request in a modern-era ``inputRequests`` map (default: made from the request)."""
         request = self.scope.input_request(capability, method, params, self.task_id)
         if isinstance(request, ErrorValue):
             raise request.exception()
         method, params = request
         if self.scope.era == "modern":
+            if self.mrtr is not None and not self.mrtr.task_shown:
+                return await self._ask_by_retry(method, params, key)
             if self.task is not None:
-                return await self._ask_through_task(method, params, status)
-            return await self._ask_by_retry(method, params)
+                return await self._ask_through_task(method, params, status, key)
+            return await self._ask_by_retry(method, params, key)
         if self.task is None:
             return await self.session.request(method, params)
         with self.task.awaiting_input(status):
             return await self.session.request(method, params)
 
     async def _ask_through_task(
-        self, method: str, params: dict[str, Any], status: str | None
+        self, method: str, params: dict[str, Any], status: str | None, wanted: str | None
     ) -> dict[str, Any]:
         assert self.task is not None
-        key, reply = self.task.request_input({"method": method, "params": params}, status)
+        key, reply = self.task.request_input({"method": method, "params": params}, status, key=wanted)
         try:
             answer = await reply.wait()
         finally:
@@ -227,11 +305,11 @@ class ToolCall:
             raise McpError(INVALID_PARAMS, f"Invalid params at 'inputResponses.{key}': expected an object")
         return answer
 
-    async def _ask_by_retry(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def _ask_by_retry(self, method: str, params: dict[str, Any], wanted: str | None) -> dict[str, Any]:
         mrtr = self.mrtr
         assert mrtr is not None
-        key = f"input-{mrtr.next_key}"
-        mrtr.next_key += 1
+        request = {"method": method, "params": params}
+        key = mrtr.key_for(wanted, request)
         answer = mrtr.answers.get(key)
         if answer is not None:
             if not isinstance(answer, dict):
@@ -239,8 +317,14 @@ class ToolCall:
                     INVALID_PARAMS, f"Invalid params at 'inputResponses.{key}': expected an object"
                 )
             return answer
-        mrtr.needed[key] = {"method": method, "params": params}
-        mrtr.scope.cancel()  # stop the call here; the client retries with the answer
+        mrtr.needed[key] = request
+        if not mrtr.needed_event.is_set():
+            mrtr.needed_event.set()
+            # Let questions asked at the same moment (siblings in a nursery) join this round,
+            # then stop the call here; the client retries with the answers.
+            for _ in range(3):
+                await trio.lowlevel.checkpoint()
+            mrtr.scope.cancel()
         await trio.sleep_forever()
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -283,6 +367,8 @@ class SessionActor(Endpoint):
         self._outstanding = 0
         self._queries = 0  # task queries sent to the supervisor and not answered yet
         self._unstarted: set[str] = set()  # created; their CreateTaskResult not written yet
+        self._subscribed: set[str] = set()  # resources/subscribe (handshake era)
+        self._listeners: dict[jsonrpc.RequestId, _Listener] = {}  # subscriptions/listen streams
         self.receiver = TaskReceiver(self, supervisor, self.owner, self.dialect)
         self.client_tasks = TaskRequestor(self)
         """Follow the tasks this session's client runs for the server (see Context.elicit_task)."""
@@ -338,6 +424,14 @@ class SessionActor(Endpoint):
     async def on_request(self, request: jsonrpc.Request) -> None:
         # The era is decided per request: the modern envelope in ``_meta`` means 2026-07-28
         # (stateless); anything else is the handshake era of this connection.
+        capability = _CAPABILITY_OF_METHOD.get(request.method)
+        if capability is not None and capability not in self.service.capabilities():
+            # A server that offers no resources (prompts, completion) does not have their methods.
+            if is_modern(request.params) or self.dialect.initialized:
+                await self.respond_error(
+                    request.id, ErrorValue(METHOD_NOT_FOUND, f"Method not found: {request.method}")
+                )
+                return
         if is_modern(request.params):
             await self._on_modern(request)
             return
@@ -348,7 +442,10 @@ class SessionActor(Endpoint):
             await self.respond(request.id, {})
         elif isinstance(command, Initialize):
             await self.respond(
-                request.id, self.dialect.initialize(command, self.service.info, self.service.instructions)
+                request.id,
+                self.dialect.initialize(
+                    command, self.service.info, self.service.instructions, self.service.capabilities()
+                ),
             )
         elif isinstance(command, SetLogLevel):
             await self.respond(request.id, self.dialect.set_log_level(command))
@@ -371,6 +468,100 @@ class SessionActor(Endpoint):
             await self._wait(request, functools.partial(self._tools_call, command, self.dialect))
         elif isinstance(command, AwaitTaskResult):
             await self._wait(request, functools.partial(self._task_result, command.task_id))
+        elif isinstance(command, SubscribeResource):
+            if command.subscribe:
+                self._subscribed.add(command.uri)
+            else:
+                self._subscribed.discard(command.uri)
+            await self.respond(request.id, {})
+        else:
+            await self._surface(request, command, self.dialect)
+
+    async def _surface(self, request: jsonrpc.Request, command: Command, scope: Scope) -> None:
+        """Resources, prompts, completion: the same in both eras but for how results are written
+        (a server offering none of a kind was refused their methods by :meth:`on_request`)."""
+        if isinstance(command, ListResources):
+            await self.answer(
+                request, self._lister(self.service.resource_list, "resources", command.cursor, scope)
+            )
+        elif isinstance(command, ListResourceTemplates):
+            lister = self._lister(self.service.template_list, "resourceTemplates", command.cursor, scope)
+            await self.answer(request, lister)
+        elif isinstance(command, ListPrompts):
+            await self.answer(
+                request, self._lister(self.service.prompt_list, "prompts", command.cursor, scope)
+            )
+        elif isinstance(command, Complete):
+            await self.answer(request, functools.partial(self._complete, command, scope))
+        elif isinstance(command, ReadResource | GetPrompt):
+            await self._wait(request, functools.partial(self._read_or_get, command, scope))
+
+    def _lister(
+        self, items: Callable[[], list[dict[str, Any]]], key: str, cursor: str | None, scope: Scope
+    ) -> Callable[[jsonrpc.Request], Awaitable[dict[str, Any]]]:
+        async def handler(request: jsonrpc.Request) -> dict[str, Any]:
+            return scope.cacheable(self._page(items(), key, cursor))
+
+        return handler
+
+    def _page(self, items: list[dict[str, Any]], key: str, cursor: str | None) -> dict[str, Any]:
+        try:
+            start = decode_cursor(key, cursor) if cursor is not None else 0
+        except ValueError:
+            start = -1
+        if not 0 <= start <= len(items):
+            raise McpError(INVALID_PARAMS, "Invalid params at 'cursor': unknown cursor")
+        end = start + self.service.tools_page_size
+        result: dict[str, Any] = {key: items[start:end]}
+        if end < len(items):
+            result["nextCursor"] = encode_cursor(key, end)
+        return result
+
+    async def _complete(self, command: Complete, scope: Scope, request: jsonrpc.Request) -> dict[str, Any]:
+        return scope.complete(await self.service.complete(command.ref, command.argument, command.context))
+
+    async def _read_or_get(
+        self, command: ReadResource | GetPrompt, scope: Scope, request: jsonrpc.Request
+    ) -> dict[str, Any]:
+        """``resources/read`` or ``prompts/get``; in a modern-era request, input the function
+        asks for comes back as an ``InputRequiredResult`` (as for a plain tool call)."""
+        binding: tuple[str, str, Any]
+        if isinstance(command, ReadResource):
+            binding = ("resources/read", command.uri, None)
+        else:
+            binding = ("prompts/get", command.name, command.arguments)
+        mrtr = (
+            InputNeeded(self._answers(binding, *self._retry_of(request))) if scope.era == "modern" else None
+        )
+        call = ToolCall(self, None, None, scope, mrtr)
+        with mrtr.scope if mrtr is not None else contextlib.nullcontext():
+            if isinstance(command, ReadResource):
+                contents = await self.service.read_resource(command.uri, call)
+                if contents is None:
+                    raise scope.resource_not_found(command.uri).exception()
+                return scope.cacheable({"contents": contents})
+            return scope.complete(await self.service.get_prompt(command.name, command.arguments, call))
+        assert isinstance(scope, ModernScope) and mrtr is not None
+        return self._input_required(binding, mrtr, scope)
+
+    # -- telling the client what changed --------------------------------------------------
+    def list_changed(self, kind: str) -> None:
+        """The server's ``kind`` list (tools, prompts, resources) changed."""
+        if self.dialect.initialized:
+            self.notify(f"notifications/{kind}/list_changed")
+        for subscription, listener in list(self._listeners.items()):
+            if kind in listener.lists:
+                self.notify(*listener.scope.tagged(subscription, f"notifications/{kind}/list_changed", {}))
+
+    def resource_updated(self, uri: str) -> None:
+        """The resource at ``uri`` changed: tell the client if it subscribed to it."""
+        if uri in self._subscribed:
+            self.notify("notifications/resources/updated", {"uri": uri})
+        for subscription, listener in list(self._listeners.items()):
+            if uri in listener.uris:
+                self.notify(
+                    *listener.scope.tagged(subscription, "notifications/resources/updated", {"uri": uri})
+                )
 
     async def _on_modern(self, request: jsonrpc.Request) -> None:
         interpreted = self.modern.interpret(request, self._tool_support)
@@ -391,17 +582,18 @@ class SessionActor(Endpoint):
                 request, lambda: self.receiver.start_update(command.task_id, command.input_responses, scope)
             )
         elif isinstance(command, CallTool) and command.as_task:
-            await self._start(request, lambda: self._start_create(command, scope), counted=True)
+            await self._wait(request, functools.partial(self._call_maybe_task, command, scope, required=True))
         elif isinstance(command, Listen):
             await self._wait(request, functools.partial(self._listen, command, scope))
         elif isinstance(command, CallTool) and command.auto_task:
             await self._wait(request, functools.partial(self._call_maybe_task, command, scope))
         elif isinstance(command, CallTool):
             await self._wait(request, functools.partial(self._modern_call, command, scope))
+        else:
+            await self._surface(request, command, scope)
 
-    @staticmethod
-    def _capabilities() -> dict[str, Any]:
-        return {"tools": {"listChanged": False}, "logging": {}}
+    def _capabilities(self) -> dict[str, Any]:
+        return self.service.capabilities()
 
     async def _wait(
         self, request: jsonrpc.Request, handler: Callable[[jsonrpc.Request], Awaitable[dict[str, Any]]]
@@ -568,19 +760,21 @@ class SessionActor(Endpoint):
         immediate = self.service.tools[command.name].immediate_response
         return self.receiver.start_create(self._task_work(command, scope), command.ttl_ms, immediate, scope)
 
-    def _task_work(self, command: CallTool, scope: Scope) -> Callable[[TaskActor], Awaitable[TaskOutcome]]:
+    def _task_work(
+        self, command: CallTool, scope: Scope, mrtr: InputNeeded | None = None
+    ) -> Callable[[TaskActor], Awaitable[TaskOutcome]]:
         entry = self.service.tools[command.name]
 
         async def work(actor: TaskActor) -> TaskOutcome:
-            result = await entry.call(command.arguments, ToolCall(self, command.progress_token, actor, scope))
-            return scope.settle_tool_result(result)
+            call = ToolCall(self, command.progress_token, actor, scope, mrtr)
+            return scope.settle_tool_result(await entry.call(command.arguments, call))
 
         return work
 
     async def _listen(self, command: Listen, scope: ModernScope, request: jsonrpc.Request) -> dict[str, Any]:
-        """``subscriptions/listen``: acknowledge what will be sent, then tagged notifications of
-        the watched tasks until the client cancels the request (``notifications/cancelled``)
-        or goes away."""
+        """``subscriptions/listen``: acknowledge what will be sent, then tagged notifications —
+        the watched tasks' status, list changes, updates of the resources named — until the
+        client cancels the request (``notifications/cancelled``) or goes away."""
         subscription = request.id
         early: list[TaskRecord] | None = []  # changes seen before the acknowledgement went out
 
@@ -592,69 +786,112 @@ class SessionActor(Endpoint):
 
         task_ids = command.task_ids or ()
         accepted: tuple[str, ...] = ()
+        lists = {
+            kind
+            for kind, wanted in (
+                ("tools", command.tools_list_changed),
+                ("prompts", command.prompts_list_changed),
+                ("resources", command.resources_list_changed),
+            )
+            if wanted
+        }
+        uris = frozenset(command.resource_uris or ())
         try:
             if task_ids:
                 accepted = await ask(
                     self.supervisor, lambda reply: Watch(self.owner, task_ids, watcher, reply)
                 )
-            honoured: dict[str, Any] = {} if command.task_ids is None else {"taskIds": list(accepted)}
+            honoured: dict[str, Any] = {}
+            if command.task_ids is not None:
+                honoured["taskIds"] = list(accepted)
+            for kind in sorted(lists):
+                honoured[f"{kind}ListChanged"] = True
+            if command.resource_uris is not None:
+                honoured["resourceSubscriptions"] = list(command.resource_uris)
             await self.send(jsonrpc.encode_notification(*scope.subscription_ack(subscription, honoured)))
+            self._listeners[subscription] = _Listener(scope, frozenset(lists), uris)
             backlog, early = early, None
             for record in backlog or ():
                 self.notify(*scope.task_notification(subscription, record))
             await trio.sleep_forever()
         finally:
+            self._listeners.pop(subscription, None)
             if accepted:
                 self.supervisor.mailbox.put(Unwatch(accepted, watcher), system=True)
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- the modern era's calls -------------------------------------------------------------
-    def _state_binding(self, command: CallTool) -> str:
+    def _state_binding(self, binding: tuple[str, str, Any]) -> str:
         # Bound to the caller where there is an identity; a connection-minted owner changes
         # with every connection (stateless HTTP), so those states bind to the call alone.
         owner = self.owner if not self.connection_owned else "anonymous"
-        return binding_of(owner, "tools/call", command.name, command.arguments)
+        return binding_of(owner, *binding)
 
-    def _answers(self, command: CallTool) -> dict[str, Any]:
+    def _answers(
+        self, binding: tuple[str, str, Any], request_state: str | None, responses: dict[str, Any] | None
+    ) -> dict[str, Any]:
         """The answers a retry carries: the sealed ones, plus new responses to what was asked."""
-        if command.request_state is None:
-            return dict(command.input_responses or {})
+        if request_state is None:
+            return dict(responses or {})
         opened = self.service.state_codec.open(
-            command.request_state, binding=self._state_binding(command), now=self.supervisor.wall_clock()
+            request_state, binding=self._state_binding(binding), now=self.supervisor.wall_clock()
         )
         if opened is None:
             raise McpError(INVALID_PARAMS, "Invalid params at 'requestState': not a state this server issued")
         answers = dict(opened.get("answers") or {})
         for key in opened.get("asked") or ():
-            if command.input_responses and key in command.input_responses:
-                answers[key] = command.input_responses[key]
+            if responses and key in responses:
+                answers[key] = responses[key]
         return answers
+
+    def _input_required(
+        self, binding: tuple[str, str, Any], mrtr: InputNeeded, scope: ModernScope
+    ) -> dict[str, Any]:
+        state = self.service.state_codec.seal(
+            {"answers": mrtr.answers, "asked": list(mrtr.needed)},
+            binding=self._state_binding(binding),
+            now=self.supervisor.wall_clock(),
+        )
+        return scope.input_required(mrtr.needed, state)
+
+    @staticmethod
+    def _retry_of(request: jsonrpc.Request) -> tuple[str | None, dict[str, Any] | None]:
+        """A modern-era retry's ``requestState`` and ``inputResponses`` (-32602 if malformed)."""
+        params = request.params or {}
+        state, responses = params.get("requestState"), params.get("inputResponses")
+        if state is not None and not isinstance(state, str):
+            raise McpError(INVALID_PARAMS, "Invalid params at 'requestState': expected a string")
+        if responses is not None and not isinstance(responses, dict):
+            raise McpError(INVALID_PARAMS, "Invalid params at 'inputResponses': expected an object")
+        return state, responses
 
     async def _modern_call(
         self, command: CallTool, scope: ModernScope, request: jsonrpc.Request
     ) -> dict[str, Any]:
         """A plain modern-era call; input it needs comes back as an ``InputRequiredResult``."""
         entry = self.service.tools[command.name]
-        mrtr = InputNeeded(self._answers(command))
+        binding = ("tools/call", command.name, command.arguments)
+        mrtr = InputNeeded(self._answers(binding, command.request_state, command.input_responses))
         with mrtr.scope:
             result = await entry.call(
                 command.arguments, ToolCall(self, command.progress_token, None, scope, mrtr)
             )
             data: dict[str, Any] = unstructure(result)
             return scope.complete(data)
-        state = self.service.state_codec.seal(
-            {"answers": mrtr.answers, "asked": list(mrtr.needed)},
-            binding=self._state_binding(command),
-            now=self.supervisor.wall_clock(),
-        )
-        return scope.input_required(mrtr.needed, state)
+        return self._input_required(binding, mrtr, scope)
 
     async def _call_maybe_task(
-        self, command: CallTool, scope: ModernScope, request: jsonrpc.Request
+        self, command: CallTool, scope: ModernScope, request: jsonrpc.Request, *, required: bool = False
     ) -> dict[str, Any]:
-        """Server-directed tasks: the call runs as a task from the start; if it ends within the
-        window it is answered with its result (and the task is forgotten, never shown);
-        otherwise, or as soon as it needs input, with the task."""
+        """Server-directed tasks: the call runs as a task from the start, hidden until the
+        answer decides what the client sees.
+
+        - Optional tool: if it ends within the auto-task window it is answered with its result
+          (the task is forgotten); otherwise, or as soon as it asks for input, with the task.
+        - Required tool: always answered with the task — but input it asks for before that
+          answer is gathered first, by multi round-trip (``InputRequiredResult``; the retry
+          re-runs it with the answers), so the task's input phase is over when it is shown.
+        """
         needs_input = trio.Event()
 
         def watch(record: TaskRecord) -> None:
@@ -662,24 +899,38 @@ class SessionActor(Endpoint):
                 needs_input.set()
 
         entry = self.service.tools[command.name]
+        binding = ("tools/call", command.name, command.arguments)
+        mrtr = (
+            InputNeeded(self._answers(binding, command.request_state, command.input_responses))
+            if required
+            else None
+        )
         started = self.receiver.start_create(
-            self._task_work(command, scope), None, entry.immediate_response, scope, watcher=watch
+            self._task_work(command, scope, mrtr), None, entry.immediate_response, scope, watcher=watch
         )
         record: TaskRecord = await started.reply.wait()
         self.receiver.start_work(record)
-        answered = False
+        keep = False
         try:
-            answer = await self._settle_maybe_task(record, scope, needs_input, entry.immediate_response)
-            answered = True
+            answer, keep = await self._settle_maybe_task(
+                record, scope, needs_input, entry.immediate_response, mrtr, binding
+            )
             return answer
         finally:
-            if not answered:
-                # Withdrawn (or failed) before the task was shown: nobody holds its id.
+            if not keep:
+                # Not shown (a plain result, more input first, withdrawn): nobody holds its id.
                 self.supervisor.mailbox.put(Remove(self.owner, record.task_id), system=True)
 
     async def _settle_maybe_task(
-        self, record: TaskRecord, scope: ModernScope, needs_input: trio.Event, immediate: str | None
-    ) -> dict[str, Any]:
+        self,
+        record: TaskRecord,
+        scope: ModernScope,
+        needs_input: trio.Event,
+        immediate: str | None,
+        mrtr: InputNeeded | None,
+        binding: tuple[str, str, Any],
+    ) -> tuple[dict[str, Any], bool]:
+        """The answer to a server-directed call, and whether it shows the task."""
         outcome: TaskOutcome | None = None
 
         async def wait_for_outcome(cancel_scope: trio.CancelScope) -> None:
@@ -690,21 +941,35 @@ class SessionActor(Endpoint):
                 pass  # removed meanwhile: answer with the task, whose record says what happened
             cancel_scope.cancel()
 
-        async def wait_for_input(cancel_scope: trio.CancelScope) -> None:
-            await needs_input.wait()
+        async def wait_for(event: trio.Event, cancel_scope: trio.CancelScope) -> None:
+            await event.wait()
             cancel_scope.cancel()
 
-        window = self.supervisor.limits.auto_task_after_ms / 1000
+        async def first_rounds(cancel_scope: trio.CancelScope) -> None:
+            for _ in range(REQUIRED_INPUT_ROUNDS):
+                await trio.lowlevel.checkpoint()
+            cancel_scope.cancel()
+
+        # An optional tool gets the auto-task window; a required one is a task anyway, and only
+        # the input it asks for at once (within its first scheduler rounds) comes before it.
+        window = self.supervisor.limits.auto_task_after_ms / 1000 if mrtr is None else math.inf
         with trio.move_on_after(window):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(wait_for_outcome, nursery.cancel_scope)
-                nursery.start_soon(wait_for_input, nursery.cancel_scope)
-        if outcome is not None:
-            self.supervisor.mailbox.put(Remove(self.owner, record.task_id), system=True)
+                nursery.start_soon(wait_for, needs_input, nursery.cancel_scope)
+                if mrtr is not None:
+                    nursery.start_soon(wait_for, mrtr.needed_event, nursery.cancel_scope)
+                    nursery.start_soon(first_rounds, nursery.cancel_scope)
+        if mrtr is not None and mrtr.needed:
+            await trio.lowlevel.checkpoint()  # let questions asked together all be recorded
+            return self._input_required(binding, mrtr, scope), False
+        if outcome is not None and mrtr is None:
             rendered = scope.render_outcome(record.task_id, outcome)
             if isinstance(rendered, ErrorValue):
                 raise rendered.exception()
-            return rendered
+            return rendered, False
+        if mrtr is not None:
+            mrtr.task_shown = True  # from now on, input is asked through the task
         poll: Reply[TaskRecord] = Reply()
         self.supervisor.tell(Route(self.owner, record.task_id, Poll(poll)))
-        return scope.render_created(await poll.wait(), immediate)
+        return scope.render_created(await poll.wait(), immediate), True

@@ -111,6 +111,7 @@ class TaskActor:
         "_scope",
         "_stopped",
         "_tracer",
+        "_used_keys",
         "_waiters",
         "_work",
         "record",
@@ -140,6 +141,7 @@ class TaskActor:
         self._input_waits = 0
         self._inputs: dict[str, Reply[Any]] = {}
         self._input_seq = 0
+        self._used_keys: set[str] = set()
         self._stopped: ErrorValue | None = None
         self._max_result_bytes = max_result_bytes
 
@@ -193,13 +195,19 @@ class TaskActor:
             ):
                 self._set(self.record.transition(TaskStatus.WORKING, None, now=self._clock()))
 
-    def request_input(self, request: dict[str, Any], message: str | None = None) -> tuple[str, Reply[Any]]:
+    def request_input(
+        self, request: dict[str, Any], message: str | None = None, *, key: str | None = None
+    ) -> tuple[str, Reply[Any]]:
         """Ask the requestor for input through the task itself (the tasks extension): the
         request is listed in the record's ``inputRequests`` under a key unique for the task's
         life, the task is ``input_required``, and the returned reply is answered by a
         :class:`ProvideInput` carrying that key. Withdraw it with :meth:`withdraw_input`."""
-        key = f"input-{self._input_seq}"
         self._input_seq += 1
+        if key is None:
+            key = f"input-{self._input_seq - 1}"
+        elif key in self._used_keys:  # keys are unique over the task's life
+            key = f"{key}-{self._input_seq}"
+        self._used_keys.add(key)
         reply: Reply[Any] = Reply()
         if self.record.is_terminal or self._stopped is not None:
             return key, reply  # never answered: the work is being cancelled

@@ -20,14 +20,21 @@ __all__ = [
     "CancelRequest",
     "CancelTask",
     "Command",
+    "Complete",
     "Discover",
+    "GetPrompt",
     "GetTask",
     "Initialize",
+    "ListPrompts",
+    "ListResourceTemplates",
+    "ListResources",
     "ListTasks",
     "ListTools",
     "Listen",
     "Ping",
+    "ReadResource",
     "SetLogLevel",
+    "SubscribeResource",
     "UpdateTask",
 ]
 
@@ -82,10 +89,57 @@ class Discover:
 
 @attrs.frozen
 class Listen:
-    """``subscriptions/listen`` (modern era): a stream of the notifications asked for, here the
-    status of the tasks ``task_ids`` (None: none asked for)."""
+    """``subscriptions/listen`` (modern era): a stream of the notifications asked for: the
+    status of the tasks ``task_ids`` (None: none asked for), list changes, resource updates."""
 
     task_ids: tuple[str, ...] | None
+    tools_list_changed: bool = False
+    prompts_list_changed: bool = False
+    resources_list_changed: bool = False
+    resource_uris: tuple[str, ...] | None = None
+
+
+@attrs.frozen
+class ListResources:
+    cursor: str | None
+
+
+@attrs.frozen
+class ListResourceTemplates:
+    cursor: str | None
+
+
+@attrs.frozen
+class ReadResource:
+    uri: str
+
+
+@attrs.frozen
+class SubscribeResource:
+    """``resources/subscribe`` (``subscribe=True``) or ``resources/unsubscribe`` (handshake era)."""
+
+    uri: str
+    subscribe: bool
+
+
+@attrs.frozen
+class ListPrompts:
+    cursor: str | None
+
+
+@attrs.frozen
+class GetPrompt:
+    name: str
+    arguments: dict[str, str]
+
+
+@attrs.frozen
+class Complete:
+    """``completion/complete``: values for ``argument`` of a prompt or resource template."""
+
+    ref: dict[str, Any]
+    argument: dict[str, Any]
+    context: dict[str, Any] | None = None
 
 
 @attrs.frozen
@@ -138,4 +192,11 @@ Command = (
     | Discover
     | UpdateTask
     | Listen
+    | ListResources
+    | ListResourceTemplates
+    | ReadResource
+    | SubscribeResource
+    | ListPrompts
+    | GetPrompt
+    | Complete
 )

@@ -50,10 +50,12 @@ from .messages import (
     TaskSupport,
 )
 from .records import TaskOutcome, TaskRecord, task_fields
+from .surface import SURFACE_METHODS, interpret_surface
 from .versions import has_tasks, negotiate
 
 __all__ = [
     "LEVELS",
+    "RESOURCE_NOT_FOUND",
     "SERVER_TASK_CAPABILITIES",
     "HandshakeDialect",
     "ToolSupport",
@@ -70,6 +72,8 @@ ToolSupport = Callable[[str], TaskSupport | None]
 """Looks a tool up by name: its ``taskSupport``, or None if there is no such tool."""
 
 _ALWAYS = frozenset({"initialize", "ping"})
+RESOURCE_NOT_FOUND = -32002
+"""``resources/read`` of an unknown URI in the handshake era (2026-07-28 uses -32602)."""
 _TASK_METHODS = frozenset({"tasks/get", "tasks/cancel", "tasks/list", "tasks/result"})
 
 
@@ -138,6 +142,8 @@ class HandshakeDialect:
             return self._call_tool(params, tool_support)
         if method == "logging/setLevel":
             return SetLogLevel(structure(params, SetLevelParams).level)
+        if method in SURFACE_METHODS:
+            return interpret_surface(method, params)
         if method in _TASK_METHODS and self.tasks_enabled:
             if method == "tasks/list":
                 return ListTasks(structure(params, PaginatedParams).cursor)
@@ -176,13 +182,20 @@ class HandshakeDialect:
 
     # -- the handshake -----------------------------------------------------------------------
     def initialize(
-        self, command: Initialize, server_info: Implementation, instructions: str | None
+        self,
+        command: Initialize,
+        server_info: Implementation,
+        instructions: str | None,
+        server_capabilities: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Agree on a version; the InitializeResult to answer with."""
+        """Agree on a version; the InitializeResult to answer with (``server_capabilities``:
+        what the server offers, default tools and logging; tasks are added for 2025-11-25)."""
         self.version = negotiate(command.protocol_version)
         self.client_capabilities = command.capabilities
         self.client_info = command.client_info
-        capabilities: dict[str, Any] = {"tools": {"listChanged": False}, "logging": {}}
+        capabilities: dict[str, Any] = dict(
+            server_capabilities or {"tools": {"listChanged": False}, "logging": {}}
+        )
         if self.tasks_enabled:
             capabilities["tasks"] = SERVER_TASK_CAPABILITIES
         result = InitializeResult(
@@ -253,6 +266,16 @@ class HandshakeDialect:
     def related_task(task_id: str) -> dict[str, Any]:
         """The ``_meta`` that ties a message to the task it belongs to."""
         return {RELATED_TASK_KEY: {"taskId": task_id}}
+
+    @staticmethod
+    def resource_not_found(uri: str) -> ErrorValue:
+        """``resources/read`` of an unknown URI: -32002 in this era."""
+        return ErrorValue(RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri})
+
+    @staticmethod
+    def cacheable(result: dict[str, Any]) -> dict[str, Any]:
+        """List and read results as this era writes them: no caching hints."""
+        return result
 
     def status_notification(self, record: TaskRecord) -> tuple[str, dict[str, Any]]:
         return "notifications/tasks/status", self.render_task(record)

@@ -55,6 +55,7 @@ from .messages import (
     TaskIdParams,
 )
 from .records import TaskOutcome, TaskRecord, task_fields
+from .surface import SURFACE_METHODS, interpret_surface
 from .tasks import TaskStatus
 from .versions import MODERN_VERSIONS
 
@@ -202,6 +203,18 @@ class ModernScope:
             return outcome.error
         return self.complete(outcome.result)
 
+    @staticmethod
+    def resource_not_found(uri: str) -> ErrorValue:
+        """``resources/read`` of an unknown URI: -32602 naming it (SEP-2164)."""
+        return ErrorValue(INVALID_PARAMS, f"Resource not found: {uri}", {"uri": uri})
+
+    def tagged(
+        self, subscription_id: int | str, method: str, params: dict[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
+        """A notification of a ``subscriptions/listen`` stream, tagged with its subscription."""
+        meta = {**(params.get("_meta") or {}), SUBSCRIPTION_ID_KEY: subscription_id}
+        return method, {**params, "_meta": meta}
+
     def input_required(self, input_requests: dict[str, Any], request_state: str | None) -> dict[str, Any]:
         """``InputRequiredResult``: what the client must answer before retrying."""
         result: dict[str, Any] = {"inputRequests": input_requests}
@@ -322,6 +335,9 @@ class ModernDialect:
         if method == "tools/call":
             call = self._call_tool(params, tool_support, scope)
             return call if isinstance(call, ErrorValue) else (call, scope)
+        if method in SURFACE_METHODS and method not in ("resources/subscribe", "resources/unsubscribe"):
+            surface = interpret_surface(method, params)
+            return surface if isinstance(surface, ErrorValue) else (surface, scope)
         if method == "subscriptions/listen":
             listen = self._listen(params, scope)
             return listen if isinstance(listen, ErrorValue) else (listen, scope)
@@ -350,13 +366,23 @@ class ModernDialect:
         if not isinstance(wanted, dict):
             return ErrorValue(INVALID_PARAMS, "Invalid params at 'notifications': expected an object")
         task_ids = wanted.get("taskIds")
-        if task_ids is None:
-            return Listen(None)
-        if not isinstance(task_ids, list) or not all(isinstance(t, str) for t in task_ids):
-            return ErrorValue(INVALID_PARAMS, "Invalid params at 'notifications.taskIds': expected strings")
-        if not scope.has_tasks_extension:
+        uris = wanted.get("resourceSubscriptions")
+        for key, value in (("taskIds", task_ids), ("resourceSubscriptions", uris)):
+            if value is not None and (
+                not isinstance(value, list) or not all(isinstance(v, str) for v in value)
+            ):
+                return ErrorValue(
+                    INVALID_PARAMS, f"Invalid params at 'notifications.{key}': expected strings"
+                )
+        if task_ids is not None and not scope.has_tasks_extension:
             return requires_tasks_extension()
-        return Listen(tuple(dict.fromkeys(task_ids)))
+        return Listen(
+            tuple(dict.fromkeys(task_ids)) if task_ids is not None else None,
+            tools_list_changed=wanted.get("toolsListChanged") is True,
+            prompts_list_changed=wanted.get("promptsListChanged") is True,
+            resources_list_changed=wanted.get("resourcesListChanged") is True,
+            resource_uris=tuple(dict.fromkeys(uris)) if uris is not None else None,
+        )
 
     def _call_tool(
         self, params: dict[str, Any] | None, tool_support: ToolSupport, scope: ModernScope
@@ -375,7 +401,9 @@ class ModernDialect:
         if support == "required":
             if not scope.has_tasks_extension:
                 return requires_tasks_extension()
-            return CallTool(call.name, call.arguments, token, as_task=True)
+            return CallTool(
+                call.name, call.arguments, token, as_task=True, input_responses=responses, request_state=state
+            )
         auto = support == "optional" and scope.has_tasks_extension
         return CallTool(
             call.name, call.arguments, token, auto_task=auto, input_responses=responses, request_state=state

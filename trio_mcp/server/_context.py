@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..protocol.converter import structure, unstructure
+from ..protocol.errors import INVALID_PARAMS, McpError
 from ..protocol.messages import (
     CreateMessageParams,
     CreateMessageResult,
@@ -55,7 +56,7 @@ class Context:
         await trio.lowlevel.checkpoint()
         return self._call.progress(progress, total, message)
 
-    async def elicit(self, message: str, schema: dict[str, Any]) -> ElicitResult:
+    async def elicit(self, message: str, schema: dict[str, Any], *, key: str | None = None) -> ElicitResult:
         """Ask the user for input through the client (``elicitation/create``).
 
         ``schema`` is the flat JSON Schema object of what to ask (``{"type": "object",
@@ -65,11 +66,15 @@ class Context:
         ``decline`` or ``cancel``. Raises :class:`McpError` if the client did not declare the
         ``elicitation`` capability.
 
+        In MCP 2026-07-28 the question travels in the call's answer (``InputRequiredResult``, or
+        a task's ``inputRequests``) under ``key`` (default: one made from the question), and the
+        call is run again from the start with the answer: code before it must be safe to repeat.
+
         >>> # answer = await ctx.elicit("Your name?", {"type": "object",
         >>> #     "properties": {"name": {"type": "string"}}, "required": ["name"]})
         """
         params: dict[str, Any] = {"message": message, "requestedSchema": schema}
-        result = await self._call.ask_client("elicitation", "elicitation/create", params, message)
+        result = await self._call.ask_client("elicitation", "elicitation/create", params, message, key)
         return structure(result, ElicitResult)
 
     async def sample(
@@ -79,6 +84,7 @@ class Context:
         max_tokens: int,
         system_prompt: str | None = None,
         temperature: float | None = None,
+        key: str | None = None,
     ) -> CreateMessageResult:
         """Ask the client's model for a completion (``sampling/createMessage``).
 
@@ -93,8 +99,19 @@ class Context:
             system_prompt=system_prompt,
             temperature=temperature,
         )
-        result = await self._call.ask_client("sampling", "sampling/createMessage", unstructure(request), None)
+        result = await self._call.ask_client(
+            "sampling", "sampling/createMessage", unstructure(request), None, key
+        )
         return structure(result, CreateMessageResult)
+
+    async def list_roots(self, *, key: str | None = None) -> list[dict[str, Any]]:
+        """The client's roots (``roots/list``): ``[{"uri": "file:///…", "name": …}, …]``.
+        Raises :class:`McpError` if the client did not declare the ``roots`` capability."""
+        result = await self._call.ask_client("roots", "roots/list", {}, None, key)
+        roots = result.get("roots")
+        if not isinstance(roots, list):
+            raise McpError(INVALID_PARAMS, "Invalid params: roots/list answered without a roots list")
+        return roots
 
     @property
     def client_tasks(self) -> TaskRequestor:

@@ -723,8 +723,7 @@ class McpHttpApp:
             await self._handshake_post(exchange, body, message, identity)
 
     # -- the modern era ---------------------------------------------------------------------
-    @staticmethod
-    def _header_error(exchange: _Exchange, request: jsonrpc.Request) -> ErrorValue | None:
+    def _header_error(self, exchange: _Exchange, request: jsonrpc.Request) -> ErrorValue | None:
         params = request.params or {}
         meta = params.get("_meta")
         body_version = meta.get(PROTOCOL_VERSION_KEY) if isinstance(meta, dict) else None
@@ -763,6 +762,45 @@ class McpHttpApp:
             if decoded != name:
                 return ErrorValue(
                     HEADER_MISMATCH, f"Header mismatch: Mcp-Name {decoded!r} but the body names {name!r}"
+                )
+        if request.method == "tools/call" and self.runtime is not None:
+            return self._param_header_error(exchange, params, one)
+        return None
+
+    def _param_header_error(
+        self, exchange: _Exchange, params: dict[str, Any], one: Callable[[str], str | Literal[False] | None]
+    ) -> ErrorValue | None:
+        """SEP-2243: a tool argument whose schema says ``x-mcp-header: NAME`` travels in the
+        ``Mcp-Param-NAME`` header too; when the argument is present the header must be there,
+        well formed (base64 form included) and equal to the argument's value."""
+        assert self.runtime is not None
+        entry = self.runtime.server.tools.get(params.get("name", ""))
+        properties = entry.tool.input_schema.get("properties") if entry is not None else None
+        if not isinstance(properties, dict):
+            return None
+        arguments = params.get("arguments") or {}
+        for argument, schema in properties.items():
+            header_name = schema.get("x-mcp-header") if isinstance(schema, dict) else None
+            if (
+                not isinstance(header_name, str)
+                or not isinstance(arguments, dict)
+                or argument not in arguments
+            ):
+                continue
+            header = one(f"mcp-param-{header_name.lower()}")
+            if header is None:
+                return ErrorValue(HEADER_MISMATCH, f"Header mismatch: missing Mcp-Param-{header_name} header")
+            decoded = decode_header_value(header) if header is not False else None
+            if decoded is None:
+                return ErrorValue(
+                    HEADER_MISMATCH, f"Header mismatch: malformed Mcp-Param-{header_name} header"
+                )
+            value = arguments[argument]
+            expected = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+            if decoded != expected:
+                return ErrorValue(
+                    HEADER_MISMATCH,
+                    f"Header mismatch: Mcp-Param-{header_name} {decoded!r} but the argument is {expected!r}",
                 )
         return None
 

@@ -31,7 +31,7 @@ from ..actors.store import MemoryTaskStore, TaskStore
 from ..actors.supervisor import TaskLimits, TaskSupervisor
 from ..actors.trace import Tracer, no_trace
 from ..protocol.converter import unstructure
-from ..protocol.errors import McpError
+from ..protocol.errors import INVALID_PARAMS, McpError
 from ..protocol.messages import (
     AudioContent,
     CallToolResult,
@@ -49,6 +49,7 @@ from ..protocol.schema import ArgumentError, ArgumentSpec, argument_spec
 from ..transports.base import Transport
 from ..transports.stdio import open_stdio_transport
 from ._context import Context
+from ._surface import MAX_COMPLETIONS, Completer, RegisteredPrompt, RegisteredResource, RegisteredTemplate
 
 __all__ = [
     "GC_THRESHOLD",
@@ -63,6 +64,8 @@ __all__ = [
 log = logging.getLogger("trio_mcp")
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+G = TypeVar("G", bound=Callable[..., Any])
+C = TypeVar("C", bound=Completer)
 
 
 @attrs.frozen
@@ -71,7 +74,8 @@ class RegisteredTool:
 
     tool: Tool
     fn: Callable[..., Awaitable[Any]]
-    spec: ArgumentSpec
+    spec: ArgumentSpec | None
+    """Validates and converts the arguments; None for a tool given its own ``input_schema``."""
     context_param: str | None
     immediate_response: str | None = None
 
@@ -83,7 +87,7 @@ class RegisteredTool:
         """Validate and run. Bad arguments and tool exceptions become ``isError`` results;
         an :class:`McpError` raised by the tool stays a protocol error."""
         try:
-            kwargs = self.spec.validate(arguments)
+            kwargs = self.spec.validate(arguments) if self.spec is not None else dict(arguments or {})
         except ArgumentError as exc:
             return error_result(f"Invalid arguments for tool '{self.name}': {exc}")
         if self.context_param is not None:
@@ -177,6 +181,11 @@ class Server:
         self.store_factory: Callable[[], TaskStore] = store if store is not None else default_store
         """Makes the task store each :meth:`open` uses (default: :func:`default_store`)."""
         self.tools: dict[str, RegisteredTool] = {}
+        self.resources: dict[str, RegisteredResource] = {}
+        self.templates: dict[str, RegisteredTemplate] = {}
+        self.prompts: dict[str, RegisteredPrompt] = {}
+        self.completers: dict[tuple[str, str, str], Completer] = {}
+        self._runtimes: set[ServerRuntime] = set()
         self.state_codec = StateCodec(state_key)
         """Seals the ``requestState`` of modern-era input requests. Processes that share
         retries (several behind one load balancer) need the same ``state_key`` (32 random
@@ -243,26 +252,199 @@ class Server:
         task_support: TaskSupport = "optional",
         annotations: dict[str, Any] | None = None,
         immediate_response: str | None = None,
+        input_schema: dict[str, Any] | None = None,
+        output_schema: dict[str, Any] | None = None,
     ) -> RegisteredTool:
+        """Register ``fn`` as a tool (see :meth:`tool`). ``input_schema`` replaces the schema
+        made from the type hints and is sent exactly as given (any JSON Schema 2020-12, with
+        ``$schema``, ``$defs``, composition…); the arguments then reach ``fn`` unvalidated, as
+        keyword arguments. ``output_schema`` is the tool's ``outputSchema`` (its results should
+        carry matching ``structuredContent``). Tools added while serving are announced with a
+        list-changed notification."""
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"tool {fn.__qualname__} must be an async function")
         tool_name = name or fn.__name__
         if tool_name in self.tools:
             raise ValueError(f"a tool named {tool_name!r} is already registered")
         context_param = _context_param(fn)
-        spec = argument_spec(fn, skip=(context_param,) if context_param else ())
+        spec = (
+            argument_spec(fn, skip=(context_param,) if context_param else ())
+            if input_schema is None
+            else None
+        )
         doc = inspect.getdoc(fn)
         tool = Tool(
             name=tool_name,
-            input_schema=spec.schema,
+            input_schema=input_schema
+            if input_schema is not None
+            else spec.schema
+            if spec is not None
+            else {},
             title=title,
             description=description if description is not None else doc,
+            output_schema=output_schema,
             annotations=annotations,
             execution=ToolExecution(task_support=task_support),
         )
         registered = RegisteredTool(tool, fn, spec, context_param, immediate_response)
         self.tools[tool_name] = registered
+        self.notify_list_changed("tools")
         return registered
+
+    def remove_tool(self, name: str) -> None:
+        """Stop offering a tool (clients are told its list changed)."""
+        del self.tools[name]
+        self.notify_list_changed("tools")
+
+    # -- resources, prompts, completion -------------------------------------------------------
+    def resource(
+        self,
+        uri: str,
+        *,
+        name: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        mime_type: str | None = None,
+    ) -> Callable[[G], G]:
+        """Register a resource at ``uri``, or at every URI matching a template when ``uri``
+        holds ``{variables}`` (each one a parameter of the function). The function returns
+        ``str`` (text), ``bytes`` (a blob) or contents dicts.
+
+        >>> server = Server("docs")
+        >>> @server.resource("test://template/{id}/data", mime_type="application/json")
+        ... def data(id: str) -> str:
+        ...     return '{"id": "%s"}' % id
+        """
+
+        def register(fn: G) -> G:
+            fields: dict[str, Any] = {
+                "name": name or fn.__name__,
+                "title": title,
+                "description": description if description is not None else inspect.getdoc(fn),
+                "mime_type": mime_type,
+            }
+            if "{" in uri:
+                self.templates[uri] = RegisteredTemplate.compile(uri, fn, **fields)
+            else:
+                self.resources[uri] = RegisteredResource(
+                    uri, fields.pop("name"), fn, _context_param(fn), **fields
+                )
+            self.notify_list_changed("resources")
+            return fn
+
+        return register
+
+    def prompt(
+        self,
+        name: str | None = None,
+        *,
+        title: str | None = None,
+        description: str | None = None,
+        arguments: dict[str, str] | None = None,
+    ) -> Callable[[G], G]:
+        """Register a prompt: its arguments are the function's parameters (strings; required
+        unless they have a default; ``arguments`` describes them). The function returns a
+        string (one user message), content blocks, ``(role, content)`` pairs, or a list."""
+
+        def register(fn: G) -> G:
+            prompt = RegisteredPrompt.from_function(
+                fn,
+                name=name or fn.__name__,
+                title=title,
+                description=description if description is not None else inspect.getdoc(fn),
+                argument_descriptions=arguments,
+            )
+            self.prompts[prompt.name] = prompt
+            self.notify_list_changed("prompts")
+            return fn
+
+        return register
+
+    def completion(self, kind: str, name: str, argument: str) -> Callable[[C], C]:
+        """Register ``completer(value, context_arguments) -> [values]`` for ``argument`` of the
+        prompt ``name`` (``kind="prompt"``) or the resource template ``name``
+        (``kind="resource"``). Sync or async; at most :data:`MAX_COMPLETIONS` are sent."""
+        if kind not in ("prompt", "resource"):
+            raise ValueError("kind is 'prompt' or 'resource'")
+
+        def register(fn: C) -> C:
+            self.completers[(kind, name, argument)] = fn
+            return fn
+
+        return register
+
+    # -- what a session asks of us ----------------------------------------------------------
+    def capabilities(self) -> dict[str, Any]:
+        """What this server offers, as the handshake and ``server/discover`` declare it."""
+        capabilities: dict[str, Any] = {"tools": {"listChanged": True}, "logging": {}}
+        if self.resources or self.templates:
+            capabilities["resources"] = {"subscribe": True, "listChanged": True}
+        if self.prompts:
+            capabilities["prompts"] = {"listChanged": True}
+        if self.completers:
+            capabilities["completions"] = {}
+        return capabilities
+
+    def resource_list(self) -> list[dict[str, Any]]:
+        return [r.wire() for r in self.resources.values()]
+
+    def template_list(self) -> list[dict[str, Any]]:
+        return [t.wire() for t in self.templates.values()]
+
+    def prompt_list(self) -> list[dict[str, Any]]:
+        return [p.wire() for p in self.prompts.values()]
+
+    async def read_resource(self, uri: str, call: ToolCall) -> list[dict[str, Any]] | None:
+        """The contents at ``uri``, or None if no resource or template serves it."""
+        resource = self.resources.get(uri)
+        if resource is not None:
+            return await resource.read(Context(call))
+        for template in self.templates.values():
+            values = template.match(uri)
+            if values is not None:
+                return await template.read(uri, values, Context(call))
+        return None
+
+    async def get_prompt(self, name: str, arguments: dict[str, str], call: ToolCall) -> dict[str, Any]:
+        prompt = self.prompts.get(name)
+        if prompt is None:
+            raise McpError(INVALID_PARAMS, f"Unknown prompt: '{name}'")
+        return await prompt.get(arguments, Context(call))
+
+    async def complete(
+        self, ref: dict[str, Any], argument: dict[str, Any], context: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        kind = "prompt" if ref["type"] == "ref/prompt" else "resource"
+        name = ref["name"] if kind == "prompt" else ref["uri"]
+        completer = self.completers.get((kind, name, argument["name"]))
+        values: list[str] = []
+        if completer is not None:
+            found = completer(argument.get("value", ""), dict((context or {}).get("arguments") or {}))
+            values = list(await found) if inspect.isawaitable(found) else list(found)
+        elif (kind == "prompt" and name not in self.prompts) or (
+            kind == "resource" and name not in self.templates
+        ):
+            raise McpError(INVALID_PARAMS, f"Unknown {kind}: '{name}'")
+        return {
+            "completion": {
+                "values": values[:MAX_COMPLETIONS],
+                "total": len(values),
+                "hasMore": len(values) > MAX_COMPLETIONS,
+            }
+        }
+
+    # -- telling clients ---------------------------------------------------------------------
+    def notify_list_changed(self, kind: str) -> None:
+        """Tell every connected client that the ``kind`` list (tools, prompts, resources) changed."""
+        for runtime in list(self._runtimes):
+            for session in list(runtime.sessions):
+                session.list_changed(kind)
+
+    def notify_resource_updated(self, uri: str) -> None:
+        """Tell the clients subscribed to ``uri`` that it changed."""
+        for runtime in list(self._runtimes):
+            for session in list(runtime.sessions):
+                session.resource_updated(uri)
 
     # -- serving --------------------------------------------------------------------------
     @asynccontextmanager
@@ -286,10 +468,13 @@ class Server:
             owned = store is None  # a store we make, we close
             store = store if store is not None else self.store_factory()
             supervisor = TaskSupervisor(self.limits, store=store, wall_clock=wall_clock, tracer=tracer)
+            runtime = ServerRuntime(self, supervisor)
             try:
                 await nursery.start(supervisor.run)
-                yield ServerRuntime(self, supervisor)
+                self._runtimes.add(runtime)
+                yield runtime
             finally:
+                self._runtimes.discard(runtime)
                 nursery.cancel_scope.cancel()
                 aclose = getattr(store, "aclose", None)
                 if owned and aclose is not None:

