@@ -9,6 +9,7 @@ Client commands run in-process with click's CliRunner against one shared
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import json
@@ -775,3 +776,58 @@ def test_ctrl_d_declines_and_ctrl_c_cancels_only_the_question(ws_url: str, keys:
     assert "✔ ask" in text and "completed" in text
     assert ("→ declined" if action == "decline" else "→ cancelled this request") in text
     assert text.rstrip().endswith(f"The user chose to {action}.")
+
+
+# ---------------------------------------------------------------------------------- --store
+
+
+@contextlib.contextmanager
+def serving_with(*options: str) -> Iterator[str]:
+    """``trio-mcp serve`` the demo over WebSocket with a token and ``options``; its URL."""
+    process = subprocess.Popen(
+        [*CLI, "serve", f"{DEMO_FILE}:server", "--ws", "127.0.0.1:0", "--token", TOKEN, *options],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    seen = b""
+    deadline = time.monotonic() + 15
+    try:
+        while (match := re.search(rb"ws://127\.0\.0\.1:(\d+)/", seen)) is None:
+            assert time.monotonic() < deadline, f"serve did not start: {seen!r}"
+            ready, _, _ = select.select([process.stderr], [], [], 0.2)
+            if ready:
+                chunk = os.read(process.stderr.fileno(), 4096)
+                assert chunk, f"serve exited: {seen!r}"
+                seen += chunk
+        yield f"ws://127.0.0.1:{int(match.group(1))}/"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+        process.stderr.close()
+
+
+def test_a_sqlite_store_keeps_tasks_across_a_restart(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'tasks.db'}"
+    with serving_with("--store", store) as url:
+        done = ws(url, "call", "echo", "text=kept", "--task", "-o", "json")
+        assert done.exit_code == 0, done.output
+        done_id = json.loads(done.stdout)["task"]["taskId"]
+        running = ws(url, "call", "batch_job", "seconds=600", "--task", "--detach")
+        assert running.exit_code == 0, running.output
+        running_id = running.stdout.strip()
+    with serving_with("--store", store) as url:  # a new process on the same file
+        result = ws(url, "tasks result", done_id)
+        assert (result.exit_code, result.stdout) == (0, "kept\n"), result.output
+        got = ws(url, "tasks get", running_id, "-o", "json")
+        assert got.exit_code == 0, got.output
+        task = json.loads(got.stdout)
+        assert task["status"] == "failed"
+        assert "stopped" in task["statusMessage"]
+
+
+def test_an_unknown_store_is_a_usage_error() -> None:
+    result = invoke("serve", f"{DEMO_FILE}:server", "--store", "postgres://nope")
+    assert result.exit_code == ExitCode.USAGE
+    assert "unknown task store" in result.output

@@ -230,6 +230,16 @@ def _authenticator(token: str) -> Callable[[str], str | None]:
     "http://localhost:*). Default: localhost on any port. Clients that send no Origin are always accepted.",
 )
 @click.option(
+    "--store",
+    metavar="URL",
+    default="memory",
+    show_default=True,
+    envvar="TRIO_MCP_STORE",
+    help="Where tasks are kept: memory, sqlite:///PATH (survives restarts; tasks left running by a "
+    "stopped server are failed on start) or redis://HOST:PORT/DB (shared by several server "
+    "processes) [env: TRIO_MCP_STORE].",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="warning",
@@ -244,6 +254,7 @@ def serve(
     http: str | None,
     token: str | None,
     origins: tuple[str, ...],
+    store: str,
     log_level: str,
 ) -> None:
     """Serve the trio_mcp.Server object SERVER over stdio (default) or WebSocket.
@@ -258,7 +269,14 @@ def serve(
       trio-mcp serve examples/demo_server.py:server
       trio-mcp serve mypkg.tools:server --log-level info
       trio-mcp serve trio_mcp.cli.demo_server:server --ws 127.0.0.1:8765 --token s3cret
+      trio-mcp serve examples/demo_server.py --http 127.0.0.1:8000 --store sqlite:///tasks.db
     """
+    from ..actors.redis_store import store_from_url
+
+    try:
+        store_factory = store_from_url(store)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--store'") from None
     token_given = ctx.get_parameter_source("token") not in (ParameterSource.ENVIRONMENT, None)
     if ws is not None and http is not None:
         raise click.UsageError("--ws and --http cannot be combined")
@@ -280,6 +298,8 @@ def serve(
         except CliError as exc:
             print_error(err, exc)
             raise SystemExit(int(exc.code)) from None
+        if store != "memory":
+            server.store_factory = store_factory
         _serve(server, address, token, origins, over_http=http is not None)
 
 
