@@ -40,7 +40,7 @@ pytest: $(STAMP) $(SDK2_STAMP)
 conformance: $(STAMP)
 	$(BIN)/python scripts/conformance.py
 
-test: lint typecheck pytest conformance
+test: lint typecheck conformance pytest
 
 demo: $(STAMP)
 	$(BIN)/trio-mcp demo
