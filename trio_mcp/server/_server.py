@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import inspect
 import json
@@ -173,6 +174,7 @@ class Server:
         tools_page_size: int = 100,
         store: Callable[[], TaskStore] | None = None,
         state_key: bytes | None = None,
+        max_threads: int = 8,
     ) -> None:
         self.info = Implementation(name=name, version=version, title=title)
         self.instructions = instructions
@@ -186,6 +188,8 @@ class Server:
         self.prompts: dict[str, RegisteredPrompt] = {}
         self.completers: dict[tuple[str, str, str], Completer] = {}
         self._runtimes: set[ServerRuntime] = set()
+        self._threads = trio.CapacityLimiter(max_threads)
+        """Worker threads the plain (non-async) tools of this server may use at once."""
         self.state_codec = StateCodec(state_key)
         """Seals the ``requestState`` of modern-era input requests. Processes that share
         retries (several behind one load balancer) need the same ``state_key`` (32 random
@@ -262,7 +266,7 @@ class Server:
         carry matching ``structuredContent``). Tools added while serving are announced with a
         list-changed notification."""
         if not inspect.iscoroutinefunction(fn):
-            raise TypeError(f"tool {fn.__qualname__} must be an async function")
+            fn = self._in_thread(fn)
         tool_name = name or fn.__name__
         if tool_name in self.tools:
             raise ValueError(f"a tool named {tool_name!r} is already registered")
@@ -290,6 +294,23 @@ class Server:
         self.tools[tool_name] = registered
         self.notify_list_changed("tools")
         return registered
+
+    def _in_thread(self, sync: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+        """A plain function as a tool: it runs in a worker thread, at most ``max_threads`` at
+        once. Cancelling the call (``tasks/cancel``, ``notifications/cancelled``) ends the task
+        or request at once; the thread cannot be interrupted, so it is abandoned and its result
+        discarded when it returns. Long sync tools should check a flag of their own."""
+        if _context_param(sync) is not None:
+            raise TypeError(f"tool {sync.__qualname__}: only async tools can take a Context")
+        limiter = self._threads
+
+        @functools.wraps(sync)
+        async def run_in_thread(**kwargs: Any) -> Any:
+            return await trio.to_thread.run_sync(
+                functools.partial(sync, **kwargs), abandon_on_cancel=True, limiter=limiter
+            )
+
+        return run_in_thread
 
     def remove_tool(self, name: str) -> None:
         """Stop offering a tool (clients are told its list changed)."""

@@ -43,18 +43,17 @@ Server (:func:`serve_websocket`)
     Concurrency and slow clients: every connection is its own session actor (its own reader,
     writer and keep-alive tasks) running in one nursery under the server, so nothing one client
     does, or fails to do, waits on another, and a connection that fails is logged and closed
-    without touching the rest. Each session has a bounded outbound queue
-    (:data:`~trio_mcp.actors._endpoint.DEFAULT_OUTBOUND_SIZE`, 1024 messages) in front of the
-    socket. When a client stops reading, the TCP window and then that queue fill up, and:
+    without touching the rest. Each session queues its outgoing messages without ever making
+    its reader wait (so pings, cancellations and the client's own answers are always read):
 
-    * **responses wait for room**, and the reader with them: it answers ``initialize``,
-      ``ping`` and ``tools/list`` itself, and at most
-      :data:`~trio_mcp.actors._session.MAX_WAITING_REQUESTS` (256) other requests per session are
-      outstanding at once (task queries answered by the supervisor, ``tools/call`` and
-      ``tasks/result`` running in their own Trio tasks); past that the reader stops reading
-      that connection: backpressure, which reaches the client as TCP flow control.
+    * at most :data:`~trio_mcp.actors._session.MAX_WAITING_REQUESTS` (256) requests per session
+      are outstanding (``tools/call``, ``tasks/result``, task creation, each until its answer is
+      written); past that a request is refused at once with -32603;
+    * once :data:`~trio_mcp.actors._endpoint.DEFAULT_MAX_OUTBOUND_BYTES` (16 MiB) wait for a
+      client that does not read, or one write takes over
+      :data:`~trio_mcp.actors._endpoint.DEFAULT_WRITE_TIMEOUT` (30 s), the connection is closed;
     * **notifications** to that client (progress, task status, log messages) **are dropped**
-      while the queue is full; MCP lets a peer miss notifications.
+      once a quarter of that is waiting; MCP lets a peer miss notifications.
     * **other connections are unaffected**: they have their own queue, reader and writer.
     * a client that stops reading its socket cannot answer pings either (our ping may not even
       get past its full window), so the keep-alive disconnects it after at most
