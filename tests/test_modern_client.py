@@ -4,6 +4,7 @@ it and falls back to the 2025-11-25 handshake otherwise; modern calls answer inp
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -13,9 +14,10 @@ import pytest
 import trio
 
 from trio_mcp import Context, McpError, Server, TaskLimits, TaskStatus, connect, connect_in_memory
-from trio_mcp.client import Client
+from trio_mcp.client import Client, connect_websocket
 from trio_mcp.protocol.errors import INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY, TASK_CANCELLED
 from trio_mcp.protocol.messages import CallToolResult, DetailedTask, ElicitRequestParams, ElicitResult
+from trio_mcp.server import serve_websocket
 from trio_mcp.transports.memory import MemoryTransport, memory_transport_pair
 
 NAME_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
@@ -255,3 +257,31 @@ async def test_two_eras_on_one_server_at_once(autojump_clock: Any) -> None:
                 await old.get_task(modern.task_id)
         nursery.cancel_scope.cancel()
     assert [c.era for c in clients] == ["handshake", "modern"]
+
+
+async def test_both_eras_over_websocket() -> None:
+    """The modern era over a real socket: the same client API as in memory."""
+    stopped.clear()
+
+    async def answer(params: ElicitRequestParams) -> ElicitResult:
+        return ElicitResult("accept", {"name": "Ada"})
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(functools.partial(serve_websocket, server, ping_interval=None))
+            url = f"ws://127.0.0.1:{port}/"
+            async with connect_websocket(url, protocol="auto", on_elicit=answer) as modern:
+                assert modern.era == "modern"
+                assert (await modern.call_tool("echo", {"text": "over the wire"})).text == "over the wire"
+                task = await modern.start_tool("slow", {"seconds": 30})
+                assert isinstance(task, DetailedTask) and task.status == TaskStatus.WORKING
+                assert (await modern.cancel_task(task.task_id)).status == TaskStatus.CANCELLED
+                asking = await modern.start_tool("greet")
+                assert isinstance(asking, DetailedTask)
+                assert (await modern.task_result(asking.task_id)).text == "hello Ada and Ada"
+            async with connect_websocket(url, protocol="2025-11-25") as old:
+                assert old.era == "handshake"
+                created = await old.call_tool_as_task("report", {"pages": 0})
+                assert (await old.task_result(created.task.task_id)).text == "0 pages"
+            nursery.cancel_scope.cancel()
+        assert stopped == ["slow"]
