@@ -255,9 +255,21 @@ async def test_newcomer_tools_behave(caplog: pytest.LogCaptureFixture, autojump_
 # ----------------------------------------------------------------------------- shutdown and broken pipes
 
 
-def spawn_demo() -> subprocess.Popen[bytes]:
+DEMO_COMMANDS = {
+    "server.run()": [sys.executable, str(REPO / "examples" / "demo_server.py")],
+    "trio-mcp serve": [
+        sys.executable,
+        "-m",
+        "trio_mcp.cli",
+        "serve",
+        str(REPO / "examples" / "demo_server.py"),
+    ],
+}
+
+
+def spawn_demo(how: str = "server.run()") -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, str(REPO / "examples" / "demo_server.py")],
+        DEMO_COMMANDS[how],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -272,8 +284,9 @@ def read_message(process: subprocess.Popen[bytes]) -> dict[str, Any]:
     return message
 
 
-def test_sigterm_answers_pending_requests_and_exits_zero() -> None:
-    process = spawn_demo()
+@pytest.mark.parametrize("how", sorted(DEMO_COMMANDS))
+def test_sigterm_answers_pending_requests_and_exits_zero(how: str) -> None:
+    process = spawn_demo(how)
     assert process.stdin is not None
     try:
         process.stdin.write(request(1, "initialize", HELLO) + b"\n")

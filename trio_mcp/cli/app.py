@@ -22,7 +22,8 @@ from ..client import Client
 from ..protocol.errors import TASK_CANCELLED, McpError
 from ..protocol.messages import CallToolResult, Task, Tool
 from ..protocol.tasks import TaskStatus
-from ..server import Server
+from ..server import Server, ServerRuntime
+from ..transports.stdio import open_stdio_transport
 from .elicit import TerminalElicitor
 from .errors import CliError, ExitCode, usage_error
 from .follow import TaskFollower
@@ -330,26 +331,36 @@ def _serve(
 ) -> None:
 
     async def body(interrupts: Interrupts) -> int:
-        with trio.CancelScope() as scope:
+        async with server.open() as runtime, trio.open_nursery() as nursery:
+
+            async def shut_down() -> None:
+                await runtime.shutdown()  # waiting requests answered, then everything cancelled
+                nursery.cancel_scope.cancel()
 
             def stop() -> None:
                 log.warning("signal received: shutting down (running tasks are cancelled)")
-                scope.cancel()
+                nursery.start_soon(shut_down)
 
             interrupts.handler = stop
-            if address is None:
-                log.info("serving %s over stdio", server.info.name)
-                await server.serve_stdio()
-                log.info("stdin closed: shutting down")
-            else:
-                await _serve_ws(server, address, token, origins, over_http=over_http)
+
+            async def serve() -> None:
+                if address is None:
+                    log.info("serving %s over stdio", server.info.name)
+                    async with open_stdio_transport() as transport:
+                        await runtime.serve(transport)
+                    log.info("stdin closed: shutting down")
+                else:
+                    await _serve_ws(runtime, address, token, origins, over_http=over_http)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(serve)
         return ExitCode.OK
 
     _execute(body)
 
 
 async def _serve_ws(
-    server: Server,
+    runtime: ServerRuntime,
     address: tuple[str, int],
     token: str | None,
     origins: tuple[str, ...],
@@ -363,9 +374,10 @@ async def _serve_ws(
     serve_fn: Callable[..., Awaitable[object]] = serve_websocket
     if over_http:
         serve_fn = serve_http
+    server = runtime.server
     serve = functools.partial(
         serve_fn,
-        server,
+        runtime,
         host,
         port,
         allowed_origins=origins or DEFAULT_ALLOWED_ORIGINS,
