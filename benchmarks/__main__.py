@@ -2,11 +2,12 @@
 
 Examples::
 
-    python -m benchmarks                      # the default run (about 4 minutes on 2 cores)
+    python -m benchmarks                      # the default run (about 3 minutes on 2 cores)
     python -m benchmarks --smoke --json out.json
     python -m benchmarks --quick              # no L=100000 point, no churn (about 2 minutes)
     python -m benchmarks --no-churn --scales 250,10000
     python -m benchmarks --no-ws              # stdio only
+    python -m benchmarks --no-churn --no-ws --scales 250,10000 --no-http   # stores and hardening
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import report, workloads
+from . import hardening, report, variants, workloads
 from .workloads import SMOKE, Sizes
 
 
@@ -43,6 +44,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Sizes]:
     parser.add_argument("--quick", action="store_true", help="skip the L=100000 point and the churn")
     parser.add_argument("--no-churn", action="store_true", help="skip the TTL churn workload")
     parser.add_argument("--no-ws", action="store_true", help="skip the WebSocket workloads")
+    parser.add_argument("--no-stores", action="store_true", help="skip the SQLite/Redis store workload")
+    parser.add_argument("--no-http", action="store_true", help="skip the Streamable HTTP workload")
+    parser.add_argument("--no-hardening", action="store_true", help="skip the hardening workloads")
     parser.add_argument("-n", type=int, help="task-augmented echo calls for create/result")
     parser.add_argument("--scales", type=_ints, help="comma-separated numbers L of live tasks")
     parser.add_argument("--main-scale", type=int, help="the L at which targets are judged")
@@ -83,6 +87,12 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Sizes]:
         sizes.churn_tasks = 0
     if args.no_ws:
         sizes.ws = False
+    if args.no_stores:
+        sizes.stores = False
+    if args.no_http:
+        sizes.http = False
+    if args.no_hardening:
+        sizes.hardening = False
     sizes.scales = sorted(set(sizes.scales))
     return args, sizes
 
@@ -152,6 +162,15 @@ def run(sizes: Sizes, argv: Sequence[str]) -> dict[str, Any]:
     if sizes.churn_tasks > 0:
         log(f"churn: {sizes.churn_tasks} tasks, TTL {sizes.churn_ttl_ms[0]}-{sizes.churn_ttl_ms[1]} ms")
         w["churn"] = workloads.churn(sizes, log)
+    if sizes.stores:
+        log(f"stores: memory, sqlite, redis; N={sizes.store_n}, L={sizes.store_live}")
+        w["stores"] = variants.stores(sizes, log)
+    if sizes.http:
+        log(f"HTTP: N={sizes.http_n}, L={sizes.http_live}, window {sizes.http_window}")
+        w["http"] = variants.http(sizes, log)
+    if sizes.hardening:
+        log("hardening: a client that never reads, a waiter flood, disconnect churn")
+        w["hardening"] = hardening.hardening(sizes, log)
     results["workloads"] = w
     results["targets"] = report.targets(results)
     results["machine"]["loadavg_end"] = list(os.getloadavg())

@@ -224,6 +224,15 @@ def table(results: dict[str, Any]) -> str:
             f"  RSS: start {churn['rss_start_kib']:,} KiB, peak {churn['rss_peak_kib']:,} KiB, "
             f"end {churn['rss_end_kib']:,} KiB (end/start {churn['rss_end_over_start']:.3f})"
         )
+    if "stores" in w:
+        lines.append("")
+        lines += stores_table(w["stores"])
+    if "http" in w:
+        lines.append("")
+        lines += http_table(w["http"])
+    if "hardening" in w:
+        lines.append("")
+        lines += hardening_lines(w["hardening"])
     lines.append("")
     lines.append("targets (reported, never enforced)")
     tw = max(len(t["target"]) for t in results["targets"])
@@ -287,3 +296,117 @@ def _cpu_ratio(entry: dict[str, Any]) -> float:
 def _ratio(entry: dict[str, Any]) -> float:
     rate = entry["floor"]["rate"]
     return round(entry["server"]["rate"] / rate, 4) if rate else 0.0
+
+
+VARIANT_COLUMNS = [
+    "workload",
+    "size",
+    "rate",
+    "ratio",
+    "server CPU",
+    "CPU ratio",
+    "p50 ms",
+    "p99 ms",
+    "max ms",
+]
+
+
+def _variant_rows(
+    name: str, sizes: dict[str, str], entry: dict[str, Any], key: str | None
+) -> list[list[str]]:
+    rows = []
+    for phase in ("create", "get", "cancel"):
+        s = entry[phase]
+        cmp = entry[key][phase] if key else {"ratio": 1.0, "cpu_ratio": 1.0}
+        cpu = f"{s['cpu_us_per_request']:.1f} us"
+        if "store_cpu_us_per_request" in s:
+            cpu += f" +{s['store_cpu_us_per_request']:.0f}"
+        rows.append(
+            [
+                f"{name} {phase}",
+                sizes[phase],
+                _rate(s["rate"]),
+                f"{cmp['ratio']:.3f}",
+                cpu,
+                f"{cmp['cpu_ratio']:.3f}",
+                f"{s['p50_ms']:.2f}",
+                f"{s['p99_ms']:.2f}",
+                f"{s['max_ms']:.0f}",
+            ]
+        )
+    return rows
+
+
+def stores_table(st: dict[str, Any]) -> list[str]:
+    """Workload 9: each store's figures as ratios to the memory store of this run."""
+    sizes = {"create": f"N={st['n']}", "get": f"L={st['L']}", "cancel": f"L={st['L']}"}
+    rows: list[list[str]] = []
+    for name, entry in st["stores"].items():
+        rows += _variant_rows(f"9 {name}", sizes, entry, None if name == "memory" else "vs_memory")
+    lines = [
+        "9 stores: the same server with --store memory / sqlite / redis, over stdio "
+        f"(window {st['window']}); ratio = rate / memory rate, CPU ratio = memory CPU / store CPU "
+        "per request (whole server process; +N = valkey-server's CPU), of this run"
+    ]
+    return lines + _aligned(VARIANT_COLUMNS, rows)
+
+
+def http_table(h: dict[str, Any]) -> list[str]:
+    """Workload 10: Streamable HTTP as ratios to stdio with the same sizes and window."""
+    sizes = {"create": f"N={h['n']}", "get": f"L={h['L']}", "cancel": f"L={h['L']}"}
+    rows = _variant_rows("10 stdio", sizes, h["stdio"], None) + _variant_rows(
+        "10 http", sizes, h["http"], "vs_stdio"
+    )
+    client = ", ".join(
+        f"{phase} {h['http'][phase]['client_cpu_us_per_request']:.0f} / "
+        f"{h['stdio'][phase]['client_cpu_us_per_request']:.0f} us"
+        for phase in ("create", "get", "cancel")
+    )
+    lines = [
+        f"10 HTTP: Streamable HTTP (2025-11-25, one session, httpx, window {h['window']}) against "
+        "stdio with the same sizes and window; ratio = http rate / stdio rate, "
+        "CPU ratio = stdio CPU / http CPU per request"
+    ]
+    lines += _aligned(VARIANT_COLUMNS, rows)
+    lines.append(f"  load client CPU per request, http / stdio: {client}")
+    return lines
+
+
+def hardening_lines(hd: dict[str, Any]) -> list[str]:
+    """Workload 11: measured bounds, in MiB, ms and counts."""
+    lines = [
+        f"11 hardening (bounds: {hd['max_outbound_bytes'] / 1048576:g} MiB of unread answers, "
+        f"{hd['write_timeout_s']:g} s write stall)"
+    ]
+    for name, kind in (("non_reader_stdio", "stdio"), ("non_reader_ws", "WebSocket")):
+        r = hd[name]
+        extra = ""
+        if "rss_after_kib" in r:
+            extra = (
+                f"; RSS {r['rss_after_kib'] / 1024:.1f} MiB after, "
+                f"{r['server_after']['sessions']} sessions / {r['server_after']['actors']} tasks left"
+            )
+        lines.append(
+            f"  client that never reads ({kind}): disconnected {r['disconnected']} ({r['how']}) after "
+            f"{r['seconds_to_disconnect']:.2f} s and {r['requests_written']:,} requests; server RSS "
+            f"{r['rss_start_kib'] / 1024:.1f} -> peak {r['rss_peak_kib'] / 1024:.1f} MiB "
+            f"(+{r['rss_growth_mib']:.1f} MiB){extra}"
+        )
+    f = hd["waiter_flood"]
+    lines.append(
+        f"  waiter flood: {f['waiters']} tasks/result on live tasks: {f['refused']} refused "
+        f"{f['refused_codes']} within {f['refused_within_ms']:.1f} ms; "
+        f"ping while parked p50 {f['ping_ms_p50']:.2f} ms, "
+        f"max {f['ping_ms_max']:.2f} ms; tasks/get refused {f['gets_refused']}/{f['gets_while_parked']}; "
+        f"cancels ok {f['cancels_ok']}/{f['waiters']}, parked waiters answered "
+        f"{f['parked_waiters_answered_after_cancel']} in {f['release_s']:.2f} s"
+    )
+    c = hd["disconnect_churn"]
+    left = c["left"]
+    lines.append(
+        f"  disconnect churn (WebSocket, RST): {c['connections']} connections x {c['tasks_per_connection']} "
+        f"tasks in {c['seconds']:.1f} s; left: {left['sessions']} sessions, {left['actors']} live tasks, "
+        f"{left['records']} records; RSS {c['rss_before_kib'] / 1024:.1f} -> "
+        f"{c['rss_after_kib'] / 1024:.1f} MiB (+{c['rss_growth_mib']:.1f} MiB)"
+    )
+    return lines

@@ -67,6 +67,31 @@ class Sizes:
     churn_ttl_ms: tuple[int, int] = (1_000, 2_000)
     churn_wait: float = 10.0
     """Seconds past the longest TTL to wait for every task to expire."""
+    stores: bool = True
+    """Workload 9: create, get and cancel with the SQLite and Redis stores, as ratios to memory."""
+    store_n: int = 5_000
+    store_live: int = 1_000
+    store_get_min: int = 5_000
+    store_cancel_min: int = 2_000
+    http: bool = True
+    """Workload 10: create, get and cancel over Streamable HTTP, as ratios to stdio."""
+    http_n: int = 3_000
+    http_live: int = 1_000
+    http_get_min: int = 3_000
+    http_cancel_min: int = 1_000
+    http_window: int = 8
+    """Requests in flight over HTTP (one keep-alive connection each; see ``http_client.py``)."""
+    hardening: bool = True
+    """Workload 11: a client that never reads, a tasks/result waiter flood, disconnect churn."""
+    flood_waiters: int = 300
+    churn_connections: int = 200
+    churn_connection_tasks: int = 20
+    max_outbound_bytes: int | None = None
+    """Lower the server's bound on unread answers (smoke runs only; None: the 16 MiB default)."""
+    write_timeout: float | None = None
+    """Lower the server's write timeout (smoke runs only; None: the 30 s default)."""
+    non_reader_seconds: float = 60.0
+    """Give up on a non-reading client the server has not disconnected after this long."""
 
     def scale_for_targets(self) -> int:
         return self.main_scale if self.main_scale in self.scales else max(self.scales)
@@ -87,6 +112,21 @@ SMOKE = Sizes(
     churn_chunk=200,
     churn_ttl_ms=(200, 400),
     churn_wait=5.0,
+    store_n=100,
+    store_live=100,
+    store_get_min=200,
+    store_cancel_min=100,
+    http_n=40,
+    http_live=40,
+    http_get_min=40,
+    http_cancel_min=40,
+    http_window=4,
+    flood_waiters=300,
+    churn_connections=20,
+    churn_connection_tasks=5,
+    max_outbound_bytes=256 * 1024,
+    write_timeout=2.0,
+    non_reader_seconds=15.0,
 )
 
 

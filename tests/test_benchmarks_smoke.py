@@ -6,6 +6,7 @@ Nothing here judges speed (the benchmarks print PASS/MISS against their targets,
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -52,7 +53,9 @@ def test_smoke_run_covers_every_workload(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert data["machine"]["nproc"] >= 1
     w = data["workloads"]
-    assert set(w) >= {"create", "result", "get", "cancel", "memory", "scaling", "ws", "churn"}
+    assert set(w) >= {
+        "create", "result", "get", "cancel", "memory", "scaling", "ws", "churn", "stores", "http", "hardening"
+    }  # fmt: skip
 
     _compared(w["create"])
     _compared(w["result"])
@@ -90,6 +93,50 @@ def test_smoke_run_covers_every_workload(tmp_path: Path) -> None:
     assert churn["list_empty"], "every short-TTL task should have expired"
     assert churn["get_probe"]["expired_-32602"] == churn["get_probe"]["sampled"] > 0
     assert churn["rss_end_kib"] > 0
+
+    # 9: every store measured in this run; SQLite and Redis as ratios to memory's figures
+    stores = w["stores"]["stores"]
+    assert set(stores) == {"memory", "sqlite", "redis"}
+    for name, entry in stores.items():
+        for phase in ("create", "get", "cancel"):
+            _positive_stat(entry[phase])
+        if name != "memory":
+            for phase in ("create", "get", "cancel"):
+                cmp = entry["vs_memory"][phase]
+                assert cmp["ratio"] == round(entry[phase]["rate"] / stores["memory"][phase]["rate"], 4)
+                assert cmp["ratio"] > 0 and cmp["cpu_ratio"] > 0
+    assert "store_cpu_us_per_request" in stores["redis"]["create"]
+    assert "9 sqlite create" in proc.stdout and "9 redis cancel" in proc.stdout
+
+    # 10: HTTP against stdio with the same sizes, in this run
+    http = w["http"]
+    for side in ("stdio", "http"):
+        for phase in ("create", "get", "cancel"):
+            _positive_stat(http[side][phase])
+    for phase in ("create", "get", "cancel"):
+        cmp = http["http"]["vs_stdio"][phase]
+        assert cmp["ratio"] == round(http["http"][phase]["rate"] / http["stdio"][phase]["rate"], 4)
+        assert cmp["ratio"] > 0 and cmp["cpu_ratio"] > 0
+    assert "10 http get" in proc.stdout
+
+    # 11: the bounds hold (the smoke run lowers the unread-answer bound and the write timeout)
+    hard = w["hardening"]
+    for name in ("non_reader_stdio", "non_reader_ws"):
+        r = hard[name]
+        assert r["disconnected"], f"{name}: the server never let the non-reading client go"
+        assert r["rss_peak_kib"] >= r["rss_start_kib"] > 0
+        assert r["samples"]
+    assert hard["non_reader_ws"]["server_after"]["sessions"] == 0
+    assert hard["non_reader_ws"]["serves_others_after"]
+    flood = hard["waiter_flood"]
+    assert flood["refused"] == flood["waiters"] - 256
+    assert flood["refused_codes"] == [-32603]
+    assert any("at most 256 outstanding" in m for m in flood["refused_messages"])
+    assert math.isfinite(flood["ping_ms_max"])  # every ping answered while the waiters are parked
+    churn_c = hard["disconnect_churn"]
+    assert churn_c["tasks_created"] == churn_c["connections"] * churn_c["tasks_per_connection"]
+    assert churn_c["left"]["sessions"] == churn_c["left"]["actors"] == churn_c["left"]["records"] == 0
+    assert "11 hardening" in proc.stdout
 
     assert {t["result"] for t in data["targets"]} <= {"PASS", "MISS"}
     assert len(data["targets"]) >= 12

@@ -771,6 +771,203 @@ async def test_bearer_auth_and_protected_resource_metadata(probe: Probe, http: h
                     pass
 
 
+JWT_SECRET = "a-test-secret-of-at-least-32-bytes-for-hs256"
+RESOURCE = "https://mcp.example/mcp"
+
+
+def jwt_token(key: Any = JWT_SECRET, algorithm: str = "HS256", **claims: Any) -> str:
+    import time
+
+    import jwt
+
+    payload = {"sub": "alice", "aud": RESOURCE, "exp": time.time() + 60, "scope": "mcp:tools", **claims}
+    return jwt.encode({k: v for k, v in payload.items() if v is not None}, key, algorithm=algorithm)
+
+
+def test_jwt_verifier_checks_signature_expiry_audience_issuer_and_scopes() -> None:
+    import time
+
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+    from trio_mcp.transports.security import AccessToken, InsufficientScope, jwt_verifier
+
+    verify = jwt_verifier(JWT_SECRET, audience=RESOURCE, issuer="https://auth.example")
+    good = verify(jwt_token(iss="https://auth.example", scope="mcp:tools read"))
+    assert good == AccessToken("alice", {"mcp:tools", "read"})
+    assert good is not None and good.claims["iss"] == "https://auth.example"
+    assert verify(jwt_token(iss="https://auth.example", scope=None)) == AccessToken("alice")
+    for refused in (
+        jwt_token(iss="https://auth.example", exp=time.time() - 5),  # expired
+        jwt_token(iss="https://auth.example", exp=None),  # no expiry at all
+        jwt_token(iss="https://auth.example", aud="https://other.example/mcp"),  # another resource
+        jwt_token(iss="https://auth.example", aud=None),
+        jwt_token(iss="https://evil.example"),  # another issuer
+        jwt_token(),  # no issuer, but one is required
+        jwt_token(iss="https://auth.example", sub=None),
+        jwt_token("another-secret-of-at-least-32-bytes-long!", iss="https://auth.example"),  # forged
+        jwt_token(iss="https://auth.example", nbf=time.time() + 60),  # not yet valid
+        jwt_token(None, "none", iss="https://auth.example"),  # unsigned
+        "not.a.jwt",
+        "garbage",
+    ):
+        assert verify(refused) is None, refused
+    # aud may be a list naming this resource among others; scopes may come as `scp`, a list
+    assert jwt_verifier(JWT_SECRET, audience=RESOURCE)(
+        jwt_token(aud=["https://other.example", RESOURCE], scope=None, scp=["a", "b"])
+    ) == AccessToken("alice", {"a", "b"})
+    # required scopes: a valid token without them is not refused, it is insufficient
+    strict = jwt_verifier(JWT_SECRET, audience=RESOURCE, required_scopes=["mcp:tools", "mcp:admin"])
+    with pytest.raises(InsufficientScope) as insufficient:
+        strict(jwt_token())
+    assert insufficient.value.required == ("mcp:tools", "mcp:admin")
+    assert insufficient.value.token == AccessToken("alice", {"mcp:tools"})
+    assert strict(jwt_token(scope="mcp:admin mcp:tools")) == AccessToken("alice", {"mcp:admin", "mcp:tools"})
+    # public keys: RSA and EC, as key objects or PEM; the key may be picked by `kid`
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    by_kid = {"r": rsa_key.public_key(), "e": ec_key.public_key()}
+    keyed = jwt_verifier(lambda header: by_kid.get(header.get("kid")), audience=RESOURCE)
+    import jwt
+
+    for kid, private, algorithm in (("r", rsa_key, "RS256"), ("e", ec_key, "ES256")):
+        claims = {"sub": "bob", "aud": RESOURCE, "exp": time.time() + 60}
+        signed = jwt.encode(claims, private, algorithm=algorithm, headers={"kid": kid})
+        assert keyed(signed) == AccessToken("bob")
+        assert keyed(jwt.encode(claims, private, algorithm=algorithm, headers={"kid": "?"})) is None
+    from cryptography.hazmat.primitives import serialization
+
+    pem = rsa_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    rs256 = jwt_verifier(pem, audience=RESOURCE)
+    assert rs256(jwt_token(rsa_key, "RS256")) == AccessToken("alice", {"mcp:tools"})
+    # algorithm confusion: an HMAC token signed with the public key as its secret is refused
+    assert rs256(jwt_token(JWT_SECRET)) is None
+    with pytest.raises(ValueError, match="mix"):
+        jwt_verifier(pem, audience=RESOURCE, algorithms=["RS256", "HS256"])
+    with pytest.raises(ValueError, match="none"):
+        jwt_verifier(JWT_SECRET, audience=RESOURCE, algorithms=["none"])
+    with pytest.raises(ValueError, match="audience"):
+        jwt_verifier(JWT_SECRET, audience="")
+    with pytest.raises(ValueError, match="scope"):
+        jwt_verifier(JWT_SECRET, audience=RESOURCE, required_scopes=['a"b'])
+
+
+async def test_jwt_bearer_auth_401_403_and_metadata(probe: Probe, http: httpx.AsyncClient) -> None:
+    import time
+
+    from trio_mcp.transports.security import jwt_verifier
+
+    verify = jwt_verifier(JWT_SECRET, audience=RESOURCE, required_scopes=["mcp:tools"])
+    async with serving(
+        make_server(probe),
+        authenticate=verify,
+        authorization_servers=["https://auth.example"],
+        resource_url=RESOURCE,
+    ) as endpoint:
+        with trio.fail_after(10):
+            metadata_url = "https://mcp.example/.well-known/oauth-protected-resource/mcp"
+
+            async def post(token: str | None) -> httpx.Response:
+                auth = {"authorization": f"Bearer {token}"} if token is not None else {}
+                return await http.post(
+                    endpoint, content=rpc(1, "initialize", INITIALIZE), headers={**POST_HEADERS, **auth}
+                )
+
+            missing = await post(None)
+            assert missing.status_code == 401
+            assert missing.headers["www-authenticate"] == (
+                f'Bearer resource_metadata="{metadata_url}", scope="mcp:tools"'
+            )
+            for refused in (
+                jwt_token(exp=time.time() - 5),  # expired
+                jwt_token(aud="https://other.example/mcp"),  # issued for another resource
+                jwt_token("a-forged-secret-of-at-least-32-bytes-long"),
+            ):
+                answer = await post(refused)
+                assert answer.status_code == 401
+                assert answer.headers["www-authenticate"] == (
+                    f'Bearer resource_metadata="{metadata_url}", scope="mcp:tools", error="invalid_token"'
+                )
+            lacking = await post(jwt_token(scope="profile"))
+            assert lacking.status_code == 403
+            assert lacking.headers["www-authenticate"] == (
+                f'Bearer error="insufficient_scope", scope="mcp:tools", resource_metadata="{metadata_url}"'
+            )
+            assert lacking.json()["error"]["message"].startswith("Forbidden")
+            good = await post(jwt_token())
+            assert good.status_code == 200 and good.headers["mcp-session-id"]
+            base = endpoint.removesuffix("/mcp")
+            for where in (
+                f"{base}/.well-known/oauth-protected-resource/mcp",
+                f"{base}/.well-known/oauth-protected-resource",
+            ):
+                document = await http.get(where)
+                assert document.status_code == 200
+                assert document.json() == {
+                    "resource": RESOURCE,
+                    "authorization_servers": ["https://auth.example"],
+                    "bearer_methods_supported": ["header"],
+                    "scopes_supported": ["mcp:tools"],  # the verifier's required scopes
+                }
+            # both eras with a valid token: the identity is the token's subject
+            for protocol in (HANDSHAKE, MODERN):
+                async with connect_http(endpoint, token=jwt_token(), protocol=protocol) as client:
+                    assert (await client.call_tool("echo", {"text": protocol})).text == protocol
+            # a modern task belongs to the subject: another subject cannot see it
+            created = await http.post(
+                endpoint,
+                content=rpc(3, "tools/call", envelope({"name": "job", "arguments": {"tag": "jwt"}})),
+                headers={**modern_headers("tools/call", "job"), "authorization": f"Bearer {jwt_token()}"},
+            )
+            task_id = created.json()["result"]["taskId"]
+            get = rpc(4, "tasks/get", envelope({"taskId": task_id}))
+            for sub, status in (("alice", 200), ("mallory", 400)):
+                seen = await http.post(
+                    endpoint,
+                    content=get,
+                    headers={
+                        **modern_headers("tasks/get", task_id),
+                        "authorization": f"Bearer {jwt_token(sub=sub)}",
+                    },
+                )
+                assert seen.status_code == status
+            probe.release["jwt"].set()
+
+
+async def test_scopes_from_a_custom_verifier(probe: Probe, http: httpx.AsyncClient) -> None:
+    """A hand-written verifier may return an AccessToken and raise InsufficientScope (async too)."""
+    from trio_mcp.transports.security import AccessToken, InsufficientScope
+
+    async def verify(token: str) -> AccessToken | None:
+        await trio.lowlevel.checkpoint()
+        if token == "reader":
+            raise InsufficientScope(["write"], AccessToken("r", {"read"}))
+        return AccessToken("w", {"read", "write"}) if token == "writer" else None
+
+    async with serving(
+        make_server(probe), authenticate=verify, scopes_supported=["read", "write"]
+    ) as endpoint:
+        with trio.fail_after(10):
+            reader = await http.post(
+                endpoint,
+                content=rpc(1, "initialize", INITIALIZE),
+                headers={**POST_HEADERS, "authorization": "Bearer reader"},
+            )
+            assert reader.status_code == 403
+            assert reader.headers["www-authenticate"].startswith(
+                'Bearer error="insufficient_scope", scope="write"'
+            )
+            missing = await http.post(
+                endpoint, content=rpc(1, "initialize", INITIALIZE), headers=POST_HEADERS
+            )
+            assert missing.status_code == 401 and "scope=" not in missing.headers["www-authenticate"]
+            async with connect_http(endpoint, token="writer") as client:
+                assert (await client.call_tool("echo", {"text": "w"})).text == "w"
+            document = await http.get(endpoint.replace("/mcp", "/.well-known/oauth-protected-resource"))
+            assert document.json()["scopes_supported"] == ["read", "write"]
+
+
 # ----------------------------------------------------------------------------- our client
 
 
@@ -818,10 +1015,18 @@ async def test_connect_http_modern_cancel_closes_the_request(url: str, probe: Pr
             await probe.cancelled["x"].wait()
 
 
-async def test_fifty_concurrent_clients_get_their_own_answers(url: str) -> None:
+async def test_two_hundred_concurrent_clients_get_their_own_answers(probe: Probe) -> None:
+    """200 clients at once, both eras mixed, three calls each in flight together: every answer
+    goes to the call that asked for it. (Each handshake-era client holds up to five connections:
+    the listen backlog is raised above hypercorn's 100, which a burst like this overflows. The
+    clients share one TLS context: httpx would load the CA bundle for each, ~20 ms apiece.)"""
+    import ssl
+
+    tls = ssl.create_default_context()
+
     async def one(n: int) -> None:
         protocol = HANDSHAKE if n % 2 else MODERN
-        async with connect_http(url, protocol=protocol) as client:
+        async with connect_http(url, protocol=protocol, verify=tls) as client:
             async with trio.open_nursery() as nursery:
                 for k in range(3):
 
@@ -831,9 +1036,9 @@ async def test_fifty_concurrent_clients_get_their_own_answers(url: str) -> None:
 
                     nursery.start_soon(call)
 
-    with trio.fail_after(30):
-        async with trio.open_nursery() as nursery:
-            for n in range(50):
+    with trio.fail_after(15):
+        async with serving(make_server(probe), backlog=1024) as url, trio.open_nursery() as nursery:
+            for n in range(200):
                 nursery.start_soon(one, n)
 
 
@@ -945,7 +1150,7 @@ DOC_TESTS = sorted(name for name in set(globals()) - _BEFORE if name.startswith(
 
 
 def test_the_http_doc_runs_its_examples() -> None:
-    assert DOC_TESTS == ["test_mounted_app", "test_serve_and_call_in_both_eras"]
+    assert DOC_TESTS == ["test_jwt_resource_server", "test_mounted_app", "test_serve_and_call_in_both_eras"]
 
 
 # ----------------------------------------------------------------------------- interop

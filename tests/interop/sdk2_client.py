@@ -1,8 +1,10 @@
 """Run by ``test_mcp_sdk2_client.py`` in its own virtual environment (the official Python SDK 2.x,
 whose package name clashes with the 1.x SDK the other interop tests use).
 
-Usage: ``python sdk2_client.py PYTHON SERVER_FILE``. Connects the SDK's ``Client`` in its
-default ``auto`` mode over stdio, exercises the server, and prints one JSON report on stdout.
+Usage: ``python sdk2_client.py PYTHON SERVER_FILE`` (stdio: the SDK starts the server) or
+``python sdk2_client.py http://HOST:PORT/mcp`` (Streamable HTTP: the SDK's ``Client(url)``
+form). Connects the SDK's ``Client`` in its default ``auto`` mode, exercises the server, and
+prints one JSON report on stdout.
 """
 
 from __future__ import annotations
@@ -26,9 +28,13 @@ async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.El
 
 
 async def main() -> None:
-    params = StdioServerParameters(command=sys.argv[1], args=sys.argv[2:])
+    target: StdioServerParameters | str
+    if sys.argv[1].startswith(("http://", "https://")):
+        target = sys.argv[1]
+    else:
+        target = StdioServerParameters(command=sys.argv[1], args=sys.argv[2:])
     report: dict[str, Any] = {}
-    async with Client(params, elicitation_callback=on_elicit) as client:
+    async with Client(target, elicitation_callback=on_elicit) as client:
         report["protocol_version"] = client.protocol_version
         report["tools"] = sorted(tool.name for tool in (await client.list_tools()).tools)
         report["echo"] = text_of(await client.call_tool("echo", {"text": "hello"}))

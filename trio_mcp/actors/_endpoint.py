@@ -105,7 +105,7 @@ class Endpoint:
         """Queue one encoded message, never waiting. False (and nothing queued) once the
         connection is closed; past ``max_outbound_bytes`` the peer is not reading and the
         connection is closed."""
-        if self.closed:
+        if self.closed or self.overflowed:  # overflowed: closing; nothing more is kept for it
             return False
         self._outbound.append((data, on_written))
         self._outbound_bytes += len(data)

@@ -76,10 +76,11 @@ log = logging.getLogger("trio_mcp")
 
 
 MAX_WAITING_REQUESTS = 256
-"""Requests one session may have outstanding — ``tools/call``, ``tasks/result``, task queries
-awaiting the supervisor, each until its answer is written. Past it, a new such request is
-answered at once with :data:`TOO_MANY_REQUESTS`; the reader never stops reading, so pings,
-cancellations and the client's own answers always get through."""
+"""Requests one session may have outstanding — ``tools/call``, ``tasks/result``, task
+creation, ``subscriptions/listen``, each until its answer is written. Past it, a new such
+request is answered at once with :data:`TOO_MANY_REQUESTS`. Queries about existing tasks
+(get, cancel, list, update) are answered in microseconds and not counted, and the reader never
+stops reading, so pings, cancellations and the client's own answers always get through."""
 
 SHUTTING_DOWN = ErrorValue(INTERNAL_ERROR, "Server shutting down: the request was cancelled")
 

@@ -93,13 +93,15 @@ from ..transports.http import (
 )
 from ..transports.security import (
     DEFAULT_ALLOWED_ORIGINS,
+    AccessToken,
     Authenticator,
+    InsufficientScope,
     OriginPolicy,
     bearer_token,
     identity_owner,
     origin_check,
+    verify_token,
 )
-from ..transports.security import authenticate as run_authenticator
 from ._server import Server, ServerRuntime
 
 __all__ = ["ANONYMOUS_OWNER", "McpHttpApp", "mcp_asgi_app", "serve_http"]
@@ -132,6 +134,12 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+
+
+def _quoted(text: str) -> str:
+    """An HTTP quoted-string (RFC 9110 §5.6.4), for ``WWW-Authenticate`` parameters."""
+    text = "".join(c for c in text if " " <= c <= "~" or "\x80" <= c <= "\xff")  # no CR/LF
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _error_body(code: int, message: str, id: jsonrpc.RequestId | None = None, data: Any = None) -> bytes:
@@ -510,8 +518,9 @@ class McpHttpApp:
         self._origin_allowed = origin_check(allowed_origins)
         self._host_allowed = host_check(allowed_hosts)
         self.authenticate = authenticate
+        self.required_scopes: tuple[str, ...] = tuple(getattr(authenticate, "required_scopes", ()))
         self.authorization_servers = list(authorization_servers)
-        self.scopes_supported = list(scopes_supported)
+        self.scopes_supported = list(scopes_supported) or list(self.required_scopes)
         self.resource_url = resource_url
         self.max_body_size = max_body_size
         self.event_buffer = event_buffer
@@ -634,14 +643,28 @@ class McpHttpApp:
         identity: str | None = None
         if self.authenticate is not None:
             token = bearer_token(exchange.headers.get("authorization", []))
+            access: AccessToken | None = None
             try:
-                identity = await run_authenticator(self.authenticate, token) if token is not None else None
+                access = await verify_token(self.authenticate, token) if token is not None else None
+            except InsufficientScope as exc:
+                challenge = (
+                    f'Bearer error="insufficient_scope", scope={_quoted(" ".join(exc.required))}, '
+                    f"resource_metadata={_quoted(self._metadata_url(exchange))}"
+                )
+                await exchange.error(
+                    403,
+                    f"Forbidden: the token lacks a required scope ({' '.join(exc.required)})",
+                    headers=[("www-authenticate", challenge)],
+                )
+                return
             except Exception as exc:
                 log.error("authenticate() failed: %r", exc, exc_info=exc)
                 await exchange.error(500, "Internal error: authentication failed", code=INTERNAL_ERROR)
                 return
-            if identity is None:
-                challenge = f'Bearer resource_metadata="{self._metadata_url(exchange)}"'
+            if access is None:
+                challenge = f"Bearer resource_metadata={_quoted(self._metadata_url(exchange))}"
+                if self.required_scopes:
+                    challenge += f", scope={_quoted(' '.join(self.required_scopes))}"
                 if token is not None:
                     challenge += ', error="invalid_token"'
                 await exchange.error(
@@ -650,6 +673,7 @@ class McpHttpApp:
                     headers=[("www-authenticate", challenge)],
                 )
                 return
+            identity = access.identity
         if self.runtime is None or self._nursery is None:
             await exchange.error(503, "Service unavailable: the MCP app is not running", code=INTERNAL_ERROR)
             return
@@ -1139,10 +1163,14 @@ def mcp_asgi_app(
     Security: ``allowed_hosts`` (``Host`` allow-list against DNS rebinding, else **421**;
     default the loopback names, any port; None turns the check off), ``allowed_origins``
     (browser ``Origin`` allow-list, else **403**; requests without ``Origin`` pass),
-    ``authenticate`` (bearer token → identity or None; missing or refused → **401** with
-    ``WWW-Authenticate: Bearer resource_metadata="…"``; it also turns on the RFC 9728
+    ``authenticate`` (bearer token → identity, :class:`~trio_mcp.transports.security.AccessToken`
+    or None, e.g. :func:`~trio_mcp.transports.security.jwt_verifier`; missing or refused →
+    **401** with ``WWW-Authenticate: Bearer resource_metadata="…"``; a valid token without a
+    required scope (the verifier raises ``InsufficientScope``) → **403** with
+    ``error="insufficient_scope", scope="…"``; it also turns on the RFC 9728
     document at ``/.well-known/oauth-protected-resource[/<path>]``, listing
-    ``authorization_servers`` and ``scopes_supported``; ``resource_url`` is the public URL of
+    ``authorization_servers`` and ``scopes_supported``, default the verifier's
+    ``required_scopes``; ``resource_url`` is the public URL of
     the endpoint, default taken from the request's ``Host``), ``max_body_size`` (else **413**).
 
     Limits: ``event_buffer`` SSE events kept per session for replay, ``retry_ms`` sent to
@@ -1198,6 +1226,7 @@ async def serve_http(
     keepalive_interval: float = DEFAULT_KEEPALIVE_INTERVAL,
     certfile: str | None = None,
     keyfile: str | None = None,
+    backlog: int = 100,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Serve MCP over Streamable HTTP at ``http://host:port/path`` until cancelled (hypercorn,
@@ -1206,7 +1235,9 @@ async def serve_http(
 
     Arguments as for :func:`mcp_asgi_app`, except ``allowed_hosts``, whose default depends on
     ``host``: bound to a loopback address, the loopback names (any port); otherwise no Host
-    check (list your public names). ``certfile``/``keyfile`` serve HTTPS.
+    check (list your public names). ``certfile``/``keyfile`` serve HTTPS. ``backlog``: the
+    listening socket's queue of connections not yet accepted (hypercorn's default, 100;
+    connections beyond it in a burst may be reset: raise it for many clients connecting at once).
     """
     from hypercorn.config import Config
     from hypercorn.trio import serve
@@ -1234,6 +1265,7 @@ async def serve_http(
     config.accesslog = None
     config.errorlog = logging.getLogger("trio_mcp.http.hypercorn")
     config.graceful_timeout = 1.0
+    config.backlog = backlog
     if certfile is not None:
         config.certfile = certfile
         config.keyfile = keyfile
