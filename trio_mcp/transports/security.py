@@ -266,6 +266,8 @@ class JwtVerifier:
         if hmac and len(hmac) != len(self.algorithms):
             # one key both as an HMAC secret and a public key invites algorithm confusion
             raise ValueError("do not mix HMAC (HS*) and public-key algorithms in one verifier")
+        if not hmac and not jwt.algorithms.has_crypto:
+            raise RuntimeError("public-key JWT algorithms need the `cryptography` package: pyjwt[crypto]")
         self.issuer = [issuer] if isinstance(issuer, str) else list(issuer) if issuer is not None else None
         self.required_scopes = tuple(required_scopes)
         for scope in self.required_scopes:
