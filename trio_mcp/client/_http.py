@@ -371,6 +371,8 @@ async def open_http_transport(
     if not url.lower().startswith(("http://", "https://")):
         raise ValueError(f"not an http:// or https:// URL: {url!r}")
     timeout = httpx.Timeout(connect=connect_timeout, read=None, write=30.0, pool=None)
+    if verify is True and url.lower().startswith("http://"):
+        verify = False  # no TLS to an http:// URL (no redirects are followed): skip loading CAs
     with unwrap_single():
         async with (
             httpx.AsyncClient(timeout=timeout, verify=verify, follow_redirects=False) as http,
