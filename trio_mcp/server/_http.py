@@ -1226,7 +1226,7 @@ async def serve_http(
     keepalive_interval: float = DEFAULT_KEEPALIVE_INTERVAL,
     certfile: str | None = None,
     keyfile: str | None = None,
-    backlog: int = 100,
+    backlog: int = 1024,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Serve MCP over Streamable HTTP at ``http://host:port/path`` until cancelled (hypercorn,
@@ -1236,8 +1236,8 @@ async def serve_http(
     Arguments as for :func:`mcp_asgi_app`, except ``allowed_hosts``, whose default depends on
     ``host``: bound to a loopback address, the loopback names (any port); otherwise no Host
     check (list your public names). ``certfile``/``keyfile`` serve HTTPS. ``backlog``: the
-    listening socket's queue of connections not yet accepted (hypercorn's default, 100;
-    connections beyond it in a burst may be reset: raise it for many clients connecting at once).
+    listening socket's queue of connections not yet accepted (1024; hypercorn's own default,
+    100, resets connections of a burst of clients connecting at once).
     """
     from hypercorn.config import Config
     from hypercorn.trio import serve
