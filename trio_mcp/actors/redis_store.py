@@ -71,11 +71,11 @@ import attrs
 import trio
 
 from ..protocol.cursors import encode_cursor, split_cursor
-from ..protocol.records import TaskRecord, record_from_json, record_to_json
+from ..protocol.records import TaskRecord, record_from_text, record_to_text
 from ..protocol.tasks import TERMINAL
 from .sqlite_store import StoreClosed
 from .sqlite_store import store_from_url as _local_store_from_url
-from .store import InvalidCursor, TaskEvent, TaskStore
+from .store import InvalidCursor, TaskEvent, TaskStore, store_key, text_digest
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -563,22 +563,6 @@ _SCRIPTS = types.SimpleNamespace(
 # ----------------------------------------------------------------------------- the store
 
 
-def _key(text: str) -> bytes:
-    return text.encode("utf-8", "surrogatepass")
-
-
-def _digest(text: str, size: int) -> str:
-    return hashlib.sha256(_key(text)).hexdigest()[:size]
-
-
-def _dump(record: TaskRecord) -> str:
-    return json.dumps(record_to_json(record), allow_nan=False, separators=(",", ":"))
-
-
-def _load(text: bytes) -> TaskRecord:
-    return record_from_json(json.loads(text))
-
-
 def _unavailable(address: RedisAddress, what: str) -> RedisUnavailable:
     return RedisUnavailable(f"Redis task store at {address!r}: {what}")
 
@@ -615,7 +599,7 @@ class RedisTaskStore:
         self.timeout = timeout
         self.expiry_margin = expiry_margin
         self.heartbeat = heartbeat
-        self._prefix = _key(prefix)
+        self._prefix = store_key(prefix)
         self._connection: _AsyncConnection | None = None
         self._blocking: _BlockingConnection | None = None
         self._lock = trio.Lock()
@@ -744,13 +728,13 @@ class RedisTaskStore:
 
     # -- the TaskStore interface ----------------------------------------------------------
     async def create(self, record: TaskRecord) -> None:
-        text = _dump(record)  # before anything: a record that is not JSON changes nothing
+        text = record_to_text(record)  # before anything: a record that is not JSON changes nothing
         created = await self._run(
             _SCRIPTS.create,
-            _key(record.task_id),
-            _key(record.owner),
-            _digest(record.owner, 64),
-            _digest(record.task_id, 8),
+            store_key(record.task_id),
+            store_key(record.owner),
+            text_digest(record.owner, 64),
+            text_digest(record.task_id, 8),
             text,
             record.version,
             record.status.value,
@@ -761,19 +745,19 @@ class RedisTaskStore:
             raise ValueError(f"task {record.task_id!r} exists")
 
     async def get(self, task_id: str) -> TaskRecord | None:
-        (text,) = await self._call([("HGET", self._prefix + b"task:" + _key(task_id), "r")])
+        (text,) = await self._call([("HGET", self._prefix + b"task:" + store_key(task_id), "r")])
         if isinstance(text, RedisReplyError):
             raise text
-        return _load(text) if text is not None else None
+        return record_from_text(text) if text is not None else None
 
     async def update(self, record: TaskRecord) -> bool:
         """Replace the stored record if its version is ``record.version - 1`` and its owner is
         ``record.owner`` (a record never changes owner); says whether it did."""
-        text = _dump(record)
+        text = record_to_text(record)
         stored = await self._run(
             _SCRIPTS.update,
-            _key(record.task_id),
-            _key(record.owner),
+            store_key(record.task_id),
+            store_key(record.owner),
             record.version - 1,
             record.version,
             text,
@@ -784,11 +768,11 @@ class RedisTaskStore:
         return bool(stored)
 
     async def delete(self, task_id: str) -> TaskRecord | None:
-        text = await self._run(_SCRIPTS.delete, _key(task_id))
-        return _load(text) if text is not None else None
+        text = await self._run(_SCRIPTS.delete, store_key(task_id))
+        return record_from_text(text) if text is not None else None
 
     async def page(self, owner: str, cursor: str | None, limit: int) -> tuple[list[TaskRecord], str | None]:
-        tag = _digest(owner, 16)
+        tag = text_digest(owner, 16)
         after, epoch = 0, ""
         if cursor is not None:
             try:
@@ -799,14 +783,16 @@ class RedisTaskStore:
             if not kind.startswith(head) or after < 1:
                 raise InvalidCursor(cursor)  # not one made for this owner
             epoch = kind[len(head) :]
-        reply = await self._run(_SCRIPTS.page, _digest(owner, 64), _key(owner), epoch, after, max(limit, 0))
+        reply = await self._run(
+            _SCRIPTS.page, text_digest(owner, 64), store_key(owner), epoch, after, max(limit, 0)
+        )
         if not reply:
             return [], None  # no records (any the cursor came after are gone, none came since)
         current = f"task.{tag}.{reply[0].decode()}"
         if reply[2] == b"invalid":
             raise InvalidCursor(cursor)
         rows = reply[3:]
-        records = [_load(text) for text in rows[1::2]]
+        records = [record_from_text(text) for text in rows[1::2]]
         more = reply[2] == b"more"
         return records, (encode_cursor(current, int(rows[-2])) if records and more else None)
 
@@ -814,7 +800,7 @@ class RedisTaskStore:
         if limit <= 0:
             return []
         texts = await self._run(_SCRIPTS.due, "expiry", now, limit, "1")
-        return [_load(text) for text in texts]
+        return [record_from_text(text) for text in texts]
 
     # -- the SharedTaskStore interface ----------------------------------------------------
     async def publish(self, event: TaskEvent) -> None:
@@ -850,12 +836,12 @@ class RedisTaskStore:
         """Lease these tasks to ``origin`` until ``until`` (wall-clock seconds); tasks that have
         no record are skipped."""
         if task_ids:
-            await self._run(_SCRIPTS.hold, origin, until, *(_key(task_id) for task_id in task_ids))
+            await self._run(_SCRIPTS.hold, origin, until, *(store_key(task_id) for task_id in task_ids))
 
     async def release(self, task_ids: Sequence[str]) -> None:
         """Drop the leases of these tasks (those without one are skipped)."""
         if task_ids:
-            await self._run(_SCRIPTS.release, *(_key(task_id) for task_id in task_ids))
+            await self._run(_SCRIPTS.release, *(store_key(task_id) for task_id in task_ids))
 
     async def lapsed(self, now: float, limit: int) -> list[TaskRecord]:
         """Up to ``limit`` non-terminal records whose lease ended at or before ``now``, earliest
@@ -864,11 +850,11 @@ class RedisTaskStore:
         if limit <= 0:
             return []
         texts = await self._run(_SCRIPTS.due, "leases", now, limit, "0")
-        return [_load(text) for text in texts]
+        return [record_from_text(text) for text in texts]
 
     async def lease(self, task_id: str) -> tuple[str, float] | None:
         """Who holds the lease of a task and until when (None: no lease) — for diagnostics."""
-        key = _key(task_id)
+        key = store_key(task_id)
         until, origin = await self._call(
             [("ZSCORE", self._prefix + b"leases", key), ("HGET", self._prefix + b"origins", key)]
         )

@@ -43,8 +43,6 @@ store objects, or other processes reading it, are fine: SQLite serialises them).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import sqlite3
 import threading
@@ -57,9 +55,9 @@ import trio
 
 from ..protocol.cursors import encode_cursor, split_cursor
 from ..protocol.errors import INTERNAL_ERROR, ErrorValue
-from ..protocol.records import TaskOutcome, TaskRecord, record_from_json, record_to_json
+from ..protocol.records import TaskOutcome, TaskRecord, record_from_text, record_to_text
 from ..protocol.tasks import TaskStatus
-from .store import InvalidCursor, MemoryTaskStore, TaskStore
+from .store import InvalidCursor, MemoryTaskStore, TaskStore, store_key, text_digest
 
 __all__ = [
     "INTERRUPTED_MESSAGE",
@@ -103,23 +101,6 @@ CREATE INDEX IF NOT EXISTS tasks_running ON tasks (status) WHERE status IN {_RUN
 
 class StoreClosed(Exception):
     """The store was used after :meth:`SqliteTaskStore.aclose`."""
-
-
-def _key(text: str) -> bytes:
-    """A str as a database key: every str (lone surrogates too, which may come off the wire)."""
-    return text.encode("utf-8", "surrogatepass")
-
-
-def _digest(text: str, size: int) -> str:
-    return hashlib.sha256(_key(text)).hexdigest()[:size]
-
-
-def _dump(record: TaskRecord) -> str:
-    return json.dumps(record_to_json(record), allow_nan=False, separators=(",", ":"))
-
-
-def _load(text: str) -> TaskRecord:
-    return record_from_json(json.loads(text))
 
 
 class SqliteTaskStore:
@@ -282,8 +263,8 @@ class SqliteTaskStore:
 
     # -- the TaskStore interface ----------------------------------------------------------
     async def create(self, record: TaskRecord) -> None:
-        text = _dump(record)  # before anything: a record that is not JSON changes nothing
-        task_key, owner_key = _key(record.task_id), _key(record.owner)
+        text = record_to_text(record)  # before anything: a record that is not JSON changes nothing
+        task_key, owner_key = store_key(record.task_id), store_key(record.owner)
 
         def create(connection: sqlite3.Connection) -> None:
             if connection.execute("SELECT 1 FROM tasks WHERE task_id=?", (task_key,)).fetchone():
@@ -293,7 +274,7 @@ class SqliteTaskStore:
                 position = 1
                 connection.execute(
                     "INSERT INTO owners (owner, epoch, counter) VALUES (?, ?, 1)",
-                    (owner_key, _digest(record.task_id, 8)),
+                    (owner_key, text_digest(record.task_id, 8)),
                 )
             else:
                 position = row[0] + 1
@@ -307,21 +288,21 @@ class SqliteTaskStore:
         await self._write(create)
 
     async def get(self, task_id: str) -> TaskRecord | None:
-        task_key = _key(task_id)
+        task_key = store_key(task_id)
 
         def get(connection: sqlite3.Connection) -> str | None:
             row = connection.execute("SELECT record FROM tasks WHERE task_id=?", (task_key,)).fetchone()
             return row[0] if row is not None else None
 
         text = await self._call(get)
-        return _load(text) if text is not None else None
+        return record_from_text(text) if text is not None else None
 
     async def update(self, record: TaskRecord) -> bool:
         """Replace the stored record if its version is ``record.version - 1`` and its owner is
         ``record.owner`` (a record never changes owner); says whether it did."""
-        text = _dump(record)
+        text = record_to_text(record)
         values = (record.version, record.status.value, record.expires_at, text)
-        where = (_key(record.task_id), _key(record.owner), record.version - 1)
+        where = (store_key(record.task_id), store_key(record.owner), record.version - 1)
 
         def update(connection: sqlite3.Connection) -> bool:
             cursor = connection.execute(
@@ -334,7 +315,7 @@ class SqliteTaskStore:
         return await self._call(update)  # one statement: atomic by itself
 
     async def delete(self, task_id: str) -> TaskRecord | None:
-        task_key = _key(task_id)
+        task_key = store_key(task_id)
 
         def delete(connection: sqlite3.Connection) -> str | None:
             found = connection.execute(
@@ -348,10 +329,10 @@ class SqliteTaskStore:
             return str(text)
 
         text = await self._write(delete)
-        return _load(text) if text is not None else None
+        return record_from_text(text) if text is not None else None
 
     async def page(self, owner: str, cursor: str | None, limit: int) -> tuple[list[TaskRecord], str | None]:
-        tag = _digest(owner, 16)
+        tag = text_digest(owner, 16)
         after = 0
         kind = ""
         if cursor is not None:
@@ -361,7 +342,7 @@ class SqliteTaskStore:
                 raise InvalidCursor(cursor) from None
             if not kind.startswith(f"task.{tag}.") or after < 1:
                 raise InvalidCursor(cursor)  # not one made for this owner
-        owner_key = _key(owner)
+        owner_key = store_key(owner)
 
         def page(connection: sqlite3.Connection) -> tuple[list[str], str | None]:
             nonlocal after
@@ -386,7 +367,7 @@ class SqliteTaskStore:
             return texts, (encode_cursor(current, rows[len(texts) - 1][0]) if texts and more else None)
 
         texts, next_cursor = await self._read(page)
-        return [_load(text) for text in texts], next_cursor
+        return [record_from_text(text) for text in texts], next_cursor
 
     async def due(self, now: float, limit: int) -> list[TaskRecord]:
         def due(connection: sqlite3.Connection) -> list[str]:
@@ -396,7 +377,7 @@ class SqliteTaskStore:
             ).fetchall()
             return [text for (text,) in rows]
 
-        return [_load(text) for text in await self._call(due)]
+        return [record_from_text(text) for text in await self._call(due)]
 
     # -- beyond the interface -------------------------------------------------------------
     async def recover(self, now: float) -> int:
@@ -417,11 +398,17 @@ class SqliteTaskStore:
             ).fetchall()
             failed = 0
             for (text,) in rows:
-                record = _load(text)
+                record = record_from_text(text)
                 ended = record.settle(outcome, now=now)
                 cursor = connection.execute(
                     "UPDATE tasks SET version=?, status=?, record=? WHERE task_id=? AND version=?",
-                    (ended.version, ended.status.value, _dump(ended), _key(record.task_id), record.version),
+                    (
+                        ended.version,
+                        ended.status.value,
+                        record_to_text(ended),
+                        store_key(record.task_id),
+                        record.version,
+                    ),
                 )
                 failed += cursor.rowcount
             return failed

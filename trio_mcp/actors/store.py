@@ -34,7 +34,15 @@ import attrs
 from ..protocol.cursors import encode_cursor, split_cursor
 from ..protocol.records import TaskRecord
 
-__all__ = ["InvalidCursor", "MemoryTaskStore", "SharedTaskStore", "TaskEvent", "TaskStore"]
+__all__ = [
+    "InvalidCursor",
+    "MemoryTaskStore",
+    "SharedTaskStore",
+    "TaskEvent",
+    "TaskStore",
+    "store_key",
+    "text_digest",
+]
 
 
 class InvalidCursor(Exception):
@@ -70,8 +78,18 @@ class TaskStore(Protocol):
     async def due(self, now: float, limit: int) -> list[TaskRecord]: ...
 
 
+def store_key(text: str) -> bytes:
+    """A str as a storage key: every str, lone surrogates too (ids may come off the wire)."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def text_digest(text: str, size: int) -> str:
+    """The first ``size`` hex digits of the SHA-256 of ``text`` (cursor tags, epochs)."""
+    return hashlib.sha256(store_key(text)).hexdigest()[:size]
+
+
 def _owner_tag(owner: str) -> str:
-    return hashlib.sha256(owner.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return text_digest(owner, 16)
 
 
 class SharedTaskStore(TaskStore, Protocol):
@@ -146,7 +164,7 @@ class MemoryTaskStore:
             raise ValueError(f"task {record.task_id!r} exists")
         index = self._by_owner.get(record.owner)
         if index is None:
-            epoch = hashlib.sha256(record.task_id.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+            epoch = text_digest(record.task_id, 8)
             index = self._by_owner[record.owner] = _OwnerIndex(_owner_tag(record.owner), epoch)
         index.counter += 1
         index.positions.append(index.counter)  # positions only grow: the list stays sorted

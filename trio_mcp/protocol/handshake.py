@@ -60,6 +60,7 @@ __all__ = [
     "HandshakeDialect",
     "ToolSupport",
     "level_passes",
+    "log_params",
     "progress_token_of",
 ]
 
@@ -75,6 +76,21 @@ _ALWAYS = frozenset({"initialize", "ping"})
 RESOURCE_NOT_FOUND = -32002
 """``resources/read`` of an unknown URI in the handshake era (2026-07-28 uses -32602)."""
 _TASK_METHODS = frozenset({"tasks/get", "tasks/cancel", "tasks/list", "tasks/result"})
+
+
+def log_params(threshold: str | None, level: str, data: Any, logger: str | None) -> dict[str, Any] | None:
+    """``notifications/message`` params for a message at ``level``, or None when the client
+    asked for no log (``threshold`` None) or for a higher level.
+
+    >>> log_params("info", "error", "disk full", None)
+    {'level': 'error', 'data': 'disk full'}
+    """
+    if threshold is None or not level_passes(level, threshold):
+        return None
+    params: dict[str, Any] = {"level": level, "data": data}
+    if logger is not None:
+        params["logger"] = logger
+    return params
 
 
 def level_passes(level: str, threshold: str) -> bool:
@@ -283,12 +299,7 @@ class HandshakeDialect:
     # -- what the server may send ------------------------------------------------------------
     def log_message(self, level: str, data: Any, logger: str | None) -> dict[str, Any] | None:
         """``notifications/message`` params if ``level`` passes the client's level, else None."""
-        if self.log_level is None or not level_passes(level, self.log_level):
-            return None
-        params: dict[str, Any] = {"level": level, "data": data}
-        if logger is not None:
-            params["logger"] = logger
-        return params
+        return log_params(self.log_level, level, data, logger)
 
     def input_request(
         self, capability: str, method: str, params: dict[str, Any], task_id: str | None

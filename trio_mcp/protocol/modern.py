@@ -43,7 +43,7 @@ from .errors import (
     ErrorValue,
     McpError,
 )
-from .handshake import LEVELS, ToolSupport, level_passes, progress_token_of
+from .handshake import LEVELS, ToolSupport, log_params, progress_token_of
 from .jsonrpc import Notification, Request
 from .messages import (
     RELATED_TASK_KEY,
@@ -251,12 +251,7 @@ class ModernScope:
     # -- what the server may send ------------------------------------------------------------
     def log_message(self, level: str, data: Any, logger: str | None) -> dict[str, Any] | None:
         """``notifications/message`` params if the request asked for ``level`` or lower, else None."""
-        if self.log_level is None or not level_passes(level, self.log_level):
-            return None
-        params: dict[str, Any] = {"level": level, "data": data}
-        if logger is not None:
-            params["logger"] = logger
-        return params
+        return log_params(self.log_level, level, data, logger)
 
     def input_request(
         self, capability: str, method: str, params: dict[str, Any], task_id: str | None

@@ -17,6 +17,7 @@ True
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import attrs
@@ -24,7 +25,16 @@ import attrs
 from .errors import ErrorValue
 from .tasks import TaskStatus, check_transition, format_timestamp
 
-__all__ = ["TaskOutcome", "TaskRecord", "new_record", "record_from_json", "record_to_json", "task_fields"]
+__all__ = [
+    "TaskOutcome",
+    "TaskRecord",
+    "new_record",
+    "record_from_json",
+    "record_from_text",
+    "record_to_json",
+    "record_to_text",
+    "task_fields",
+]
 
 
 @attrs.frozen
@@ -180,6 +190,16 @@ def record_to_json(record: TaskRecord) -> dict[str, Any]:
     if record.input_requests:
         out["inputRequests"] = record.input_requests
     return out
+
+
+def record_to_text(record: TaskRecord) -> str:
+    """The record's JSON form as compact text (what stores write)."""
+    return json.dumps(record_to_json(record), allow_nan=False, separators=(",", ":"))
+
+
+def record_from_text(text: str | bytes) -> TaskRecord:
+    """The inverse of :func:`record_to_text`."""
+    return record_from_json(json.loads(text))
 
 
 def record_from_json(obj: dict[str, Any]) -> TaskRecord:
