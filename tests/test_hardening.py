@@ -27,6 +27,7 @@ from trio_mcp.client import ConnectionClosed, connect_websocket
 from trio_mcp.protocol.errors import TASK_LIMIT_REACHED
 from trio_mcp.protocol.messages import ElicitRequestParams, ElicitResult
 from trio_mcp.server import ServerRuntime, serve_websocket
+from trio_mcp.testing import Trace
 from trio_mcp.transports.memory import MemoryTransport, memory_transport_pair
 
 REPO = Path(__file__).resolve().parents[1]
@@ -368,6 +369,25 @@ async def test_live_tasks_are_capped_across_owners(autojump_clock: Any) -> None:
         nursery.cancel_scope.cancel()
 
 
+async def test_tasks_kept_in_total_are_capped(autojump_clock: Any) -> None:
+    limited = Server("total", version="1", limits=TaskLimits(max_tasks=2, default_ttl_ms=10_000))
+    limited.add_tool(big)
+    async with limited.open() as runtime, trio.open_nursery() as nursery:
+        pairs = [memory_transport_pair() for _ in range(2)]
+        for _, server_side in pairs:
+            nursery.start_soon(runtime.serve, server_side)
+        async with connect(pairs[0][0]) as first, connect(pairs[1][0]) as second:
+            for client in (first, second):  # two owners, one finished task each
+                created = await client.call_tool_as_task("big", {"size": 1})
+                await client.task_result(created.task.task_id)
+            with pytest.raises(McpError, match="Server at capacity") as refused:
+                await first.call_tool_as_task("big", {"size": 1})
+            assert refused.value.code == TASK_LIMIT_REACHED
+            await trio.sleep(11)  # they expire: room again
+            await second.call_tool_as_task("big", {"size": 1})
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_result_over_the_size_limit_fails_its_task(autojump_clock: Any) -> None:
     limited = Server("sized", version="1", limits=TaskLimits(max_result_bytes=1_000))
     limited.add_tool(big)
@@ -416,3 +436,58 @@ async def test_an_idle_connection_is_closed_but_not_one_with_work_running() -> N
                 created = await busy.call_tool_as_task("wait", {"seconds": 1.5})
                 await trio.sleep(1.0)  # silent, but its task runs: not idle
                 assert (await busy.task_result(created.task.task_id)).text == "waited"
+
+
+# ----------------------------------------------------------------------------- mixed load
+
+
+async def test_mixed_load_with_abrupt_disconnects(autojump_clock: Any) -> None:
+    """Many clients at once, some of them hanging up abruptly mid-way: every request of a client
+    that stayed is answered exactly once, no task is left running or owned by no one, and each
+    identity's finished tasks are all that is kept."""
+    cleaned.clear()
+    begun.clear()
+    trace = Trace()
+    async with server.open(tracer=trace) as runtime, trio.open_nursery() as nursery:
+
+        async def session(number: int) -> None:
+            owner = f"identity:user-{number}" if number % 4 == 0 else None
+            client_side, server_side = memory_transport_pair()
+            nursery.start_soon(functools.partial(runtime.serve, server_side, owner=owner))
+            abrupt = number % 3 == 0
+            async with connect(client_side) as client:
+                tasks = [
+                    (await client.call_tool_as_task("wait", {"seconds": 1 + number % 5})).task.task_id
+                    for _ in range(4)
+                ]
+                if abrupt:
+                    await client_side.aclose()  # gone, with requests of its own in flight
+                    return
+                await client.cancel_task(tasks[0])
+                assert (await client.get_task(tasks[1])).status == TaskStatus.WORKING
+                assert (await client.call_tool("big", {"size": 3})).text == "xxx"
+                for task_id in tasks[1:]:
+                    assert (await client.task_result(task_id)).text == "waited"
+
+        async with trio.open_nursery() as clients:
+            for number in range(24):
+                clients.start_soon(session, number)
+        await trio.sleep(10)  # every identity-owned task has ended by now
+        await trio.testing.wait_all_tasks_blocked()
+        # Answered exactly once: no response twice; every request of a connection that stayed.
+        seen: dict[tuple[str, Any], int] = {}
+        for event in trace.of_kind("message.out"):
+            message = event.message
+            if message is not None and "id" in message and "method" not in message:
+                key = (str(event.fields["connection"]), message["id"])
+                seen[key] = seen.get(key, 0) + 1
+        assert seen and max(seen.values()) == 1
+        unanswered = trace.unanswered_requests()
+        assert all(m["method"] in ("tools/call", "tasks/result") for m in unanswered)  # of dropped ones
+        # Nothing left running; kept records are the identities' finished tasks only.
+        assert runtime.supervisor.actors == 0
+        store: Any = runtime.supervisor.store
+        records = [row.record for row in store._rows.values()]
+        assert records and all(r.is_terminal and r.owner.startswith("identity:") for r in records)
+        assert len(begun) == len(cleaned)  # every tool that started also cleaned up
+        nursery.cancel_scope.cancel()

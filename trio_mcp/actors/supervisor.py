@@ -73,6 +73,8 @@ class TaskLimits:
     until its TTL ends): past it, creation fails until some expire."""
     max_live_tasks: int = 100_000
     """Non-terminal tasks of all owners together, in this process."""
+    max_tasks: int = 200_000
+    """Tasks of all owners together kept by this process, finished ones included."""
     max_result_bytes: int = 8 * 1024 * 1024
     """Largest result a task keeps (its JSON size): a larger one fails the task with -32603,
     so a finished task never holds more than this. Together with ``max_tasks_per_owner`` it
@@ -341,8 +343,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 f"Too many tasks kept: at most {limits.max_tasks_per_owner} per requestor, finished ones "
                 "included, until they expire",
             )
-        if self._live_total >= limits.max_live_tasks:
-            return ErrorValue(TASK_LIMIT_REACHED, "Server at capacity: too many live tasks; retry later")
+        if self._live_total >= limits.max_live_tasks or len(self._owner_of) >= limits.max_tasks:
+            return ErrorValue(TASK_LIMIT_REACHED, "Server at capacity: too many tasks; retry later")
         return None
 
     async def _create(self, message: CreateTask) -> None:
