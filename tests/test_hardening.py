@@ -31,6 +31,7 @@ from trio_mcp.testing import Trace
 from trio_mcp.transports.memory import MemoryTransport, memory_transport_pair
 
 REPO = Path(__file__).resolve().parents[1]
+DEMO = str(REPO / "examples" / "demo_server.py")
 HELLO = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
 
 server = Server("hardening", version="1")
@@ -491,3 +492,30 @@ async def test_mixed_load_with_abrupt_disconnects(autojump_clock: Any) -> None:
         assert records and all(r.is_terminal and r.owner.startswith("identity:") for r in records)
         assert len(begun) == len(cleaned)  # every tool that started also cleaned up
         nursery.cancel_scope.cancel()
+
+
+def test_the_websocket_demo_stops_cleanly_on_sigterm() -> None:
+    process = subprocess.Popen(
+        [sys.executable, DEMO, "--ws", "127.0.0.1:0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    assert process.stderr is not None
+    try:
+        line = process.stderr.readline().decode()
+        while "ws://" not in line:
+            assert line, "the demo exited before serving"
+            line = process.stderr.readline().decode()
+        port = int(line.split("ws://127.0.0.1:")[1].split("/")[0])
+
+        async def connect_and_stop() -> str:
+            async with connect_websocket(f"ws://127.0.0.1:{port}/") as client:
+                process.send_signal(signal.SIGTERM)
+                with pytest.raises(ConnectionClosed):
+                    await client.call_tool("sleep", {"seconds": 30})
+                reason = client.transport.close_reason  # type: ignore[attr-defined]
+                return f"{reason.code}" if reason is not None else "none"
+
+        assert trio.run(connect_and_stop) == "1000"  # a clean close frame
+        assert process.wait(timeout=10) == 0
+    finally:
+        process.kill()
+        process.wait()

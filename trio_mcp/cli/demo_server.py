@@ -81,6 +81,7 @@ def main() -> None:
     import argparse
     import functools
     import logging
+    import signal
     import sys
 
     from trio_mcp.server import serve_websocket
@@ -92,15 +93,24 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.ws is None:
-        server.run()
+        server.run()  # stdio; SIGTERM/SIGINT shut down cleanly
         return
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     host, port = args.ws
-    print(f"serving {server.info.name} on ws://{host}:{port} (subprotocol mcp)", file=sys.stderr)
-    try:
-        trio.run(functools.partial(serve_websocket, server, host, port))
-    except KeyboardInterrupt:
-        pass
+
+    async def serve_until_signalled() -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with server.open() as runtime, trio.open_nursery() as nursery:
+                bound = await nursery.start(functools.partial(serve_websocket, runtime, host, port))
+                print(
+                    f"serving {server.info.name} on ws://{host}:{bound}/ (subprotocol mcp)", file=sys.stderr
+                )
+                async for _ in signals:  # answer what waits, then close every connection cleanly
+                    await runtime.shutdown()
+                    nursery.cancel_scope.cancel()
+                    break
+
+    trio.run(serve_until_signalled)
 
 
 if __name__ == "__main__":
