@@ -8,12 +8,20 @@ module's server has its own tools and server info, and each probe records differ
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import os
+import re
+import select
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -151,3 +159,44 @@ def sdk_text_of(result: mcp.types.CallToolResult) -> str:
     block = result.content[0]
     assert isinstance(block, types.TextContent), block
     return block.text
+
+
+# ----------------------------------------------------------------------------- servers in subprocesses
+
+
+@contextlib.contextmanager
+def served(*serve_args: str, url: bytes = rb"ws://127\.0\.0\.1:(\d+)/") -> Iterator[str]:
+    """Run ``trio-mcp serve <serve_args>`` (listening on port 0) in a subprocess and yield the
+    URL it prints on stderr (``url`` matches it, its group is the port). On leaving, SIGTERM
+    must stop it cleanly: exit status 0."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trio_mcp.cli", "serve", *serve_args],
+        cwd=Path(__file__).resolve().parents[1],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert process.stderr is not None
+    seen = b""
+    deadline = time.monotonic() + 15
+    try:
+        while (match := re.search(url, seen)) is None:
+            assert time.monotonic() < deadline, f"serve did not start: {seen!r}"
+            ready, _, _ = select.select([process.stderr], [], [], 0.2)
+            if ready:
+                chunk = os.read(process.stderr.fileno(), 4096)
+                assert chunk, f"serve exited: {seen!r}"
+                seen += chunk
+        yield match.group(0).decode()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            code = process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+        finally:
+            process.stderr.close()
+    assert code == 0

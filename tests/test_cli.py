@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 import trio
 from click.testing import CliRunner, Result
+from conftest import served
 from rich.console import Console
 
 from trio_mcp import connect
@@ -82,35 +83,8 @@ def invoke(*args: str, env: dict[str, str | None] | None = None, input: str | No
 def ws_url() -> Iterator[str]:
     """``trio-mcp serve examples/demo_server.py:server --ws 127.0.0.1:0 --token ...``; on
     teardown, SIGTERM must stop it cleanly (exit 0) at once."""
-    process = subprocess.Popen(
-        [*CLI, "serve", f"{DEMO_FILE}:server", "--ws", "127.0.0.1:0", "--token", TOKEN],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    assert process.stderr is not None
-    seen = b""
-    deadline = time.monotonic() + 15
-    try:
-        while (match := re.search(rb"ws://127\.0\.0\.1:(\d+)/", seen)) is None:
-            assert time.monotonic() < deadline, f"serve --ws did not start: {seen!r}"
-            ready, _, _ = select.select([process.stderr], [], [], 0.2)
-            if ready:
-                chunk = os.read(process.stderr.fileno(), 4096)
-                assert chunk, f"serve --ws exited: {seen!r}"
-                seen += chunk
-        yield f"ws://127.0.0.1:{int(match.group(1))}/"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            code = process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            raise
-        finally:
-            process.stderr.close()
-    assert code == 0
+    with served(f"{DEMO_FILE}:server", "--ws", "127.0.0.1:0", "--token", TOKEN) as url:
+        yield url
 
 
 def ws(ws_url: str, *args: str, env: dict[str, str | None] | None = None, input: str | None = None) -> Result:
@@ -784,28 +758,8 @@ def test_ctrl_d_declines_and_ctrl_c_cancels_only_the_question(ws_url: str, keys:
 @contextlib.contextmanager
 def serving_with(*options: str) -> Iterator[str]:
     """``trio-mcp serve`` the demo over WebSocket with a token and ``options``; its URL."""
-    process = subprocess.Popen(
-        [*CLI, "serve", f"{DEMO_FILE}:server", "--ws", "127.0.0.1:0", "--token", TOKEN, *options],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    assert process.stderr is not None
-    seen = b""
-    deadline = time.monotonic() + 15
-    try:
-        while (match := re.search(rb"ws://127\.0\.0\.1:(\d+)/", seen)) is None:
-            assert time.monotonic() < deadline, f"serve did not start: {seen!r}"
-            ready, _, _ = select.select([process.stderr], [], [], 0.2)
-            if ready:
-                chunk = os.read(process.stderr.fileno(), 4096)
-                assert chunk, f"serve exited: {seen!r}"
-                seen += chunk
-        yield f"ws://127.0.0.1:{int(match.group(1))}/"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=10) == 0
-        process.stderr.close()
+    with served(f"{DEMO_FILE}:server", "--ws", "127.0.0.1:0", "--token", TOKEN, *options) as url:
+        yield url
 
 
 def test_a_sqlite_store_keeps_tasks_across_a_restart(tmp_path: Path) -> None:

@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import select
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import served
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "examples" / "demo_server.py"
@@ -69,35 +66,8 @@ def test_the_sdk2_client_settles_on_the_modern_era_and_calls_the_tools() -> None
 @contextmanager
 def serving_http() -> Iterator[str]:
     """``trio-mcp serve examples/demo_server.py --http 127.0.0.1:0``: its URL, read from stderr."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "trio_mcp.cli", "serve", str(DEMO), "--http", "127.0.0.1:0"],
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    assert process.stderr is not None
-    seen = b""
-    deadline = time.monotonic() + 15
-    try:
-        while (match := re.search(rb"http://127\.0\.0\.1:(\d+)/mcp", seen)) is None:
-            assert time.monotonic() < deadline, f"serve --http did not start: {seen!r}"
-            ready, _, _ = select.select([process.stderr], [], [], 0.2)
-            if ready:
-                chunk = os.read(process.stderr.fileno(), 4096)
-                assert chunk, f"serve --http exited: {seen!r}"
-                seen += chunk
-        yield f"http://127.0.0.1:{int(match.group(1))}/mcp"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        process.stderr.close()
-    assert process.returncode == 0
+    with served(str(DEMO), "--http", "127.0.0.1:0", url=rb"http://127\.0\.0\.1:(\d+)/mcp") as url:
+        yield url
 
 
 def test_the_sdk2_client_settles_on_the_modern_era_over_http() -> None:

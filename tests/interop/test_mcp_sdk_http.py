@@ -9,13 +9,7 @@ SDK answers with its callback (sent while its ``tasks/result`` is open).
 
 from __future__ import annotations
 
-import os
-import re
-import select
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +17,7 @@ from typing import Any
 import anyio
 import mcp.types as types
 import pytest
-from conftest import run_on_asyncio
+from conftest import run_on_asyncio, served
 from conftest import sdk_text_of as text_of
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -43,37 +37,8 @@ POLL_CAP = 0.1
 def http_url() -> Iterator[str]:
     """``trio-mcp serve examples/demo_server.py --http 127.0.0.1:0``; on teardown, SIGTERM must
     stop it cleanly (exit 0)."""
-    process = subprocess.Popen(
-        [*CLI, "serve", str(DEMO), "--http", "127.0.0.1:0"],
-        cwd=REPO_ROOT,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    assert process.stderr is not None
-    seen = b""
-    deadline = time.monotonic() + 15
-    try:
-        while (match := re.search(rb"http://127\.0\.0\.1:(\d+)/mcp", seen)) is None:
-            assert time.monotonic() < deadline, f"serve --http did not start: {seen!r}"
-            ready, _, _ = select.select([process.stderr], [], [], 0.2)
-            if ready:
-                chunk = os.read(process.stderr.fileno(), 4096)
-                assert chunk, f"serve --http exited: {seen!r}"
-                seen += chunk
-        yield f"http://127.0.0.1:{int(match.group(1))}/mcp"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            code = process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            raise
-        finally:
-            process.stderr.close()
-    assert code == 0
+    with served(str(DEMO), "--http", "127.0.0.1:0", url=rb"http://127\.0\.0\.1:(\d+)/mcp") as url:
+        yield url
 
 
 async def wait_terminal(session: ClientSession, task_id: str) -> list[str]:
