@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -165,17 +165,23 @@ def sdk_text_of(result: mcp.types.CallToolResult) -> str:
 
 
 @contextlib.contextmanager
-def served(*serve_args: str, url: bytes = rb"ws://127\.0\.0\.1:(\d+)/") -> Iterator[str]:
-    """Run ``trio-mcp serve <serve_args>`` (listening on port 0) in a subprocess and yield the
-    URL it prints on stderr (``url`` matches it, its group is the port). On leaving, SIGTERM
-    must stop it cleanly: exit status 0."""
+def served(
+    *serve_args: str,
+    url: bytes = rb"ws://127\.0\.0\.1:(\d+)/",
+    command: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[str]:
+    """Run ``trio-mcp serve <serve_args>`` (listening on port 0), or ``command``, in a
+    subprocess and yield the URL it prints on stderr (``url`` matches it, its group is the
+    port). On leaving, SIGTERM must stop it cleanly: exit status 0."""
+    argv = [sys.executable, "-m", "trio_mcp.cli", "serve", *serve_args] if command is None else list(command)
     process = subprocess.Popen(
-        [sys.executable, "-m", "trio_mcp.cli", "serve", *serve_args],
+        argv,
         cwd=Path(__file__).resolve().parents[1],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
     )
     assert process.stderr is not None
     seen = b""

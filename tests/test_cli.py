@@ -37,6 +37,7 @@ from rich.console import Console
 from trio_mcp import connect
 from trio_mcp.cli import ExitCode, cli, main
 from trio_mcp.cli.app import default_demo_server
+from trio_mcp.cli.demo import command_name
 from trio_mcp.cli.elicit import Field, Skip, TerminalElicitor, form_fields
 from trio_mcp.cli.errors import CliError
 from trio_mcp.cli.parsing import (
@@ -605,6 +606,22 @@ def test_demo_walks_through_tasks() -> None:
     ]:
         assert expected in out, expected
     assert out.count("cancelled") >= 3
+
+
+def test_demo_ends_with_a_command_this_shell_can_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``make demo`` runs ``.venv/bin/trio-mcp`` with the venv not activated: the hint at the
+    end must name a command that exists, not a bare ``trio-mcp`` the shell cannot find."""
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # the venv's bin is not on PATH
+    monkeypatch.chdir(REPO)
+    result = invoke("demo", "--server", "trio_mcp.cli.demo_server:server", "--pace", "0.1")
+    assert result.exit_code == 0, result.output
+    hint = result.stdout.split("Try it yourself:", 1)[1].split()
+    exe = hint[0]
+    assert exe != "trio-mcp" and Path(exe).is_file() and os.access(exe, os.X_OK)
+    assert Path(exe).name == "trio-mcp"
+    assert "activate`" in result.stdout
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin")
+    assert command_name() == "trio-mcp"
 
 
 # ---------------------------------------------------------------------- elicitation: asking

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hmac
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -193,15 +192,6 @@ def cli() -> None:
 # ------------------------------------------------------------------------------------ serve
 
 
-def _authenticator(token: str) -> Callable[[str], str | None]:
-    expected = token.encode()
-
-    def authenticate(offered: str) -> str | None:
-        return "cli-token" if hmac.compare_digest(offered.encode(), expected) else None
-
-    return authenticate
-
-
 @cli.command(epilog=EXIT_CODES_HELP)
 @click.argument("spec", metavar="SERVER")
 @click.option(
@@ -368,7 +358,7 @@ async def _serve_ws(
     over_http: bool = False,
 ) -> None:
     from ..server import serve_http, serve_websocket
-    from ..transports.security import DEFAULT_ALLOWED_ORIGINS
+    from ..transports.security import DEFAULT_ALLOWED_ORIGINS, static_token
 
     host, port = address
     serve_fn: Callable[..., Awaitable[object]] = serve_websocket
@@ -381,7 +371,7 @@ async def _serve_ws(
         host,
         port,
         allowed_origins=origins or DEFAULT_ALLOWED_ORIGINS,
-        authenticate=_authenticator(token) if token else None,
+        authenticate=static_token(token) if token else None,
     )
     err = stderr_console()
     async with trio.open_nursery() as nursery:

@@ -6,7 +6,9 @@ goes through the same client code as ``trio-mcp call --task``.
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
 import sys
 from typing import Any
 
@@ -67,9 +69,25 @@ async def run_demo(spec: str, interrupts: Interrupts, *, pace: float = 1.0) -> i
             code = await _modern_tour(client, out, pace)
     if code == ExitCode.OK:
         out.rule()
+        exe = command_name()
         out.print("Done. Try it yourself:")
-        out.print(f'  trio-mcp call "trio-mcp serve {spec}" sleep seconds=5 --task', soft_wrap=True)
+        out.print(f'  {exe} call "{exe} serve {spec}" sleep seconds=5 --task', soft_wrap=True)
+        if exe != "trio-mcp":
+            bin_dir = os.path.dirname(exe)
+            out.print(f"  (or `source {bin_dir}/activate` first; then it is `trio-mcp`)", soft_wrap=True)
     return code
+
+
+def command_name() -> str:
+    """How to run ``trio-mcp`` from this shell: the bare name when it is on PATH and is this
+    installation's, else the path of this environment's script (relative to the current
+    directory when inside it), e.g. ``.venv/bin/trio-mcp`` after ``make demo``."""
+    script = os.path.join(os.path.dirname(sys.executable), "trio-mcp")
+    found = shutil.which("trio-mcp")
+    if found is not None and os.path.realpath(found) == os.path.realpath(script):
+        return "trio-mcp"
+    relative = os.path.relpath(script)
+    return relative if not relative.startswith("..") else script
 
 
 async def _follow(

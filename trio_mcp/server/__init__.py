@@ -7,7 +7,7 @@
 from ..actors.supervisor import TaskLimits
 from ._context import Context
 from ._http import McpHttpApp, mcp_asgi_app, serve_http
-from ._server import GC_THRESHOLD, RegisteredTool, Server, ServerRuntime, tune_gc
+from ._server import GC_THRESHOLD, RegisteredTool, RunOptions, Server, ServerRuntime, parse_run_args, tune_gc
 from ._websocket import serve_websocket
 
 __all__ = [
@@ -15,10 +15,12 @@ __all__ = [
     "Context",
     "McpHttpApp",
     "RegisteredTool",
+    "RunOptions",
     "Server",
     "ServerRuntime",
     "TaskLimits",
     "mcp_asgi_app",
+    "parse_run_args",
     "serve_http",
     "serve_websocket",
     "tune_gc",

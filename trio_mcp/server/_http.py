@@ -102,7 +102,7 @@ from ..transports.security import (
     origin_check,
     verify_token,
 )
-from ._server import Server, ServerRuntime
+from ._server import Server, ServerRuntime, register_listener
 
 __all__ = ["ANONYMOUS_OWNER", "McpHttpApp", "mcp_asgi_app", "serve_http"]
 
@@ -1278,3 +1278,6 @@ async def serve_http(
         task_status.started(bound)
         await trio.sleep_forever()
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+register_listener("http", serve_http, "http://{host}:{port}/mcp")

@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 import typing
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar, overload
 
@@ -515,12 +515,26 @@ class Server:
     async def serve_stdio_until_signalled(self) -> None:
         """Serve over stdio until stdin closes, or until SIGTERM or SIGINT: then shut down
         cleanly (see :meth:`ServerRuntime.shutdown`) and return."""
+        await self.serve_until_signalled(RunOptions())
+
+    async def serve_until_signalled(self, options: RunOptions) -> None:
+        """Serve as ``options`` say (stdio, WebSocket or Streamable HTTP) until SIGTERM or
+        SIGINT, or until stdin closes over stdio: then shut down cleanly (see
+        :meth:`ServerRuntime.shutdown`) and return. Over WebSocket and HTTP the URL served is
+        written to stderr once listening (``Serving NAME on URL``)."""
+        if options.store is not None:
+            from ..actors.redis_store import store_from_url
+
+            self.store_factory = store_from_url(options.store)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with self.open() as runtime, trio.open_nursery() as nursery:
 
                 async def serve() -> None:
-                    async with open_stdio_transport() as transport:
-                        await runtime.serve(transport)
+                    if options.listen is None:
+                        async with open_stdio_transport() as transport:
+                            await runtime.serve(transport)
+                    else:
+                        await _listen(runtime, options)
                     nursery.cancel_scope.cancel()
 
                 nursery.start_soon(serve)
@@ -530,18 +544,230 @@ class Server:
                     nursery.cancel_scope.cancel()
                     break
 
-    def run(self, *, gc_tuning: bool = True) -> None:
-        """Blocking entry point: serve over stdio, logging to stderr, until stdin closes or
-        SIGTERM/SIGINT arrives; either way the process then exits with status 0, pending
-        requests answered (:data:`SHUTDOWN_GRACE`).
+    def run(
+        self,
+        argv: Sequence[str] | None = None,
+        *,
+        ws: str | None = None,
+        http: str | None = None,
+        token: str | None = None,
+        allow_origins: Sequence[str] = (),
+        store: str | None = None,
+        log_level: str = "warning",
+        gc_tuning: bool = True,
+    ) -> None:
+        """Blocking entry point: serve until SIGTERM/SIGINT (or, over stdio, until stdin
+        closes); either way the process then exits with status 0, pending requests answered
+        (:data:`SHUTDOWN_GRACE`). Logs go to stderr.
+
+        The transport comes from the command line the way ``trio-mcp serve`` takes it, so
+        ``python myserver.py --ws 127.0.0.1:8765`` works for any file ending in
+        ``server.run()``: ``--stdio`` (the default), ``--ws HOST:PORT``, ``--http HOST:PORT``,
+        ``--token TOKEN`` (or ``TRIO_MCP_TOKEN``), ``--allow-origin ORIGIN`` (repeatable),
+        ``--store URL`` (or ``TRIO_MCP_STORE``) and ``--log-level LEVEL``. ``argv`` is what to
+        parse (default ``sys.argv[1:]``; pass ``[]`` when embedding in a program with its own
+        arguments). The keyword arguments are the defaults the command line overrides, e.g.
+        ``server.run(http="127.0.0.1:8000")``. Bad arguments print usage and exit 2.
 
         ``gc_tuning`` applies :func:`tune_gc` first (this process is then a server: say False
         when embedding it in a program that manages the collector itself).
         """
-        logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+        defaults = RunOptions.from_arguments(
+            ws=ws, http=http, token=token, allow_origins=allow_origins, store=store, log_level=log_level
+        )
+        options = parse_run_args(sys.argv[1:] if argv is None else argv, defaults=defaults)
+        logging.basicConfig(level=getattr(logging, options.log_level.upper()), stream=sys.stderr)
         if gc_tuning:
             tune_gc()
-        trio.run(self.serve_stdio_until_signalled)
+        trio.run(self.serve_until_signalled, options)
+
+
+# ------------------------------------------------------------------- running from a command line
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _address(text: str) -> tuple[str, int]:
+    from ..transports.websocket import parse_host_port
+
+    return parse_host_port(text)
+
+
+def _store_url(text: str) -> str:
+    from ..actors.redis_store import store_from_url
+
+    store_from_url(text)  # ValueError names what is wrong
+    return text
+
+
+@attrs.frozen
+class RunOptions:
+    """How :meth:`Server.run` serves: parsed from a command line by :func:`parse_run_args`.
+
+    >>> options = RunOptions.from_arguments(ws=":8765", token="s3cret")
+    >>> options.transport, options.listen, options.token
+    ('ws', ('127.0.0.1', 8765), 's3cret')
+    """
+
+    transport: str = attrs.field(default="stdio", validator=attrs.validators.in_(("stdio", "ws", "http")))
+    listen: tuple[str, int] | None = None
+    """Host and port for ``ws`` and ``http`` (port 0 picks a free one); None over stdio."""
+    token: str | None = None
+    """A bearer token clients must send (``ws``/``http`` only); their tasks then belong to it."""
+    allow_origins: tuple[str, ...] = ()
+    """Browser origins to accept (default: localhost on any port)."""
+    store: str | None = None
+    """A ``--store`` URL (``memory``, ``sqlite:///PATH``, ``redis://HOST:PORT/DB``); None keeps
+    the server's own store."""
+    log_level: str = attrs.field(default="warning", validator=attrs.validators.in_(LOG_LEVELS))
+
+    def __attrs_post_init__(self) -> None:
+        if (self.transport == "stdio") != (self.listen is None):
+            raise ValueError("ws and http need HOST:PORT; stdio takes none")
+        if self.transport == "stdio" and (self.token or self.allow_origins):
+            raise ValueError("a token and allowed origins only apply with ws or http")
+
+    @classmethod
+    def from_arguments(
+        cls,
+        *,
+        ws: str | None = None,
+        http: str | None = None,
+        token: str | None = None,
+        allow_origins: Sequence[str] = (),
+        store: str | None = None,
+        log_level: str = "warning",
+    ) -> RunOptions:
+        """Options from :meth:`Server.run`'s keyword arguments (ValueError if they disagree)."""
+        if ws is not None and http is not None:
+            raise ValueError("ws and http cannot be combined")
+        transport, where = ("stdio", None)
+        if ws is not None:
+            transport, where = "ws", ws
+        elif http is not None:
+            transport, where = "http", http
+        if store is not None:
+            _store_url(store)
+        return cls(
+            transport,
+            _address(where) if where is not None else None,
+            token or None,
+            tuple(allow_origins),
+            store,
+            log_level,
+        )
+
+
+def parse_run_args(
+    argv: Sequence[str], *, defaults: RunOptions | None = None, prog: str | None = None
+) -> RunOptions:
+    """Parse a server file's command line (see :meth:`Server.run`) over ``defaults``.
+
+    Bad arguments print usage to stderr and raise ``SystemExit(2)``, as argparse does.
+
+    >>> options = parse_run_args(["--http", "127.0.0.1:8000", "--log-level", "info"])
+    >>> options.transport, options.listen, options.log_level
+    ('http', ('127.0.0.1', 8000), 'info')
+    >>> parse_run_args([]).transport
+    'stdio'
+    """
+    import argparse
+    import os
+
+    base = defaults if defaults is not None else RunOptions()
+    parser = argparse.ArgumentParser(prog=prog, description="Serve this MCP server (default: over stdio).")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--stdio", action="store_true", help="serve over stdin/stdout (the default)")
+    where.add_argument(
+        "--ws", metavar="HOST:PORT", type=_address, help="serve over WebSocket at ws://HOST:PORT/"
+    )
+    where.add_argument(
+        "--http", metavar="HOST:PORT", type=_address, help="serve Streamable HTTP at http://HOST:PORT/mcp"
+    )
+    parser.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="with --ws/--http: require `Authorization: Bearer TOKEN` [env: TRIO_MCP_TOKEN]",
+    )
+    parser.add_argument(
+        "--allow-origin",
+        metavar="ORIGIN",
+        action="append",
+        default=[],
+        help="with --ws/--http: a browser Origin to accept (repeatable; default: localhost on any port)",
+    )
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        type=_store_url,
+        help="where tasks are kept: memory, sqlite:///PATH or redis://HOST:PORT/DB [env: TRIO_MCP_STORE]",
+    )
+    parser.add_argument(
+        "--log-level", choices=LOG_LEVELS, help=f"stderr logging threshold (default: {base.log_level})"
+    )
+    args = parser.parse_args(list(argv))
+    if args.stdio:
+        transport, listen = "stdio", None
+    elif args.ws is not None:
+        transport, listen = "ws", args.ws
+    elif args.http is not None:
+        transport, listen = "http", args.http
+    else:
+        transport, listen = base.transport, base.listen
+    token = args.token or (os.environ.get("TRIO_MCP_TOKEN") if transport != "stdio" else None) or base.token
+    if transport == "stdio" and (args.token or args.allow_origin):
+        parser.error("--token and --allow-origin only apply with --ws or --http HOST:PORT")
+    store = args.store or os.environ.get("TRIO_MCP_STORE") or base.store
+    if store is not None:
+        try:
+            _store_url(store)
+        except ValueError as exc:
+            parser.error(f"TRIO_MCP_STORE: {exc}")
+    return RunOptions(
+        transport,
+        listen,
+        token if transport != "stdio" else None,
+        tuple(args.allow_origin) or (base.allow_origins if transport != "stdio" else ()),
+        store,
+        args.log_level or base.log_level,
+    )
+
+
+Listener = Callable[..., Awaitable[object]]
+"""``serve_websocket`` or ``serve_http``: ``(runtime, host, port, *, allowed_origins,
+authenticate, task_status)``, reporting the bound port."""
+
+_LISTENERS: dict[str, tuple[Listener, str]] = {}
+
+
+def register_listener(transport: str, listener: Listener, url: str) -> None:
+    """Make ``transport`` (``ws``, ``http``) servable by :meth:`Server.run`; ``url`` is the
+    format of the address announced, with ``{host}`` and ``{port}``. The transports' own
+    modules register themselves on import (this keeps them out of this module's imports)."""
+    _LISTENERS[transport] = (listener, url)
+
+
+async def _listen(runtime: ServerRuntime, options: RunOptions) -> None:
+    from ..transports.security import DEFAULT_ALLOWED_ORIGINS, static_token
+
+    assert options.listen is not None
+    listener, url = _LISTENERS[options.transport]
+    host, port = options.listen
+    async with trio.open_nursery() as nursery:
+        bound = await nursery.start(
+            functools.partial(
+                listener,
+                runtime,
+                host,
+                port,
+                allowed_origins=options.allow_origins or DEFAULT_ALLOWED_ORIGINS,
+                authenticate=static_token(options.token) if options.token else None,
+            )
+        )
+        literal = f"[{host}]" if ":" in host else host
+        address = url.format(host=literal, port=bound)
+        print(f"Serving {runtime.server.info.name} on {address}", file=sys.stderr, flush=True)
 
 
 def default_store() -> TaskStore:

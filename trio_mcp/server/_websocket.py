@@ -99,7 +99,7 @@ from ..transports.websocket import (
     listener_port,
     reader_nursery,
 )
-from ._server import Server, ServerRuntime
+from ._server import Server, ServerRuntime, register_listener
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
@@ -349,3 +349,6 @@ def _is_disconnect(exc: BaseException) -> bool:
         | trio.BrokenResourceError
         | trio.ClosedResourceError,
     )
+
+
+register_listener("ws", serve_websocket, "ws://{host}:{port}/")

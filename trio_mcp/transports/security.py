@@ -32,6 +32,7 @@ trio_mcp.transports.security.InsufficientScope: the token lacks the scopes: mcp:
 
 from __future__ import annotations
 
+import hmac
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -52,6 +53,7 @@ __all__ = [
     "identity_owner",
     "jwt_verifier",
     "origin_check",
+    "static_token",
     "verify_token",
 ]
 
@@ -185,6 +187,21 @@ def bearer_token(authorization: Sequence[str]) -> str | None:
     if scheme.lower() != "bearer" or not token:
         return None
     return token
+
+
+def static_token(token: str, identity: str = "cli-token") -> Callable[[str], str | None]:
+    """An authenticator accepting exactly ``token`` (compared in constant time) as ``identity``.
+
+    >>> check = static_token("s3cret")
+    >>> check("s3cret"), check("guess")
+    ('cli-token', None)
+    """
+    expected = token.encode()
+
+    def authenticate(offered: str) -> str | None:
+        return identity if hmac.compare_digest(offered.encode(), expected) else None
+
+    return authenticate
 
 
 async def verify_token(authenticate: Authenticator, token: str) -> AccessToken | None:
