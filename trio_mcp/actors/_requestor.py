@@ -3,7 +3,7 @@ tool-call tasks, and a server following the tasks its client runs for it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import trio
@@ -55,11 +55,26 @@ class TaskRequestor:
 
     async def poll(self, task_id: str, *, on_status: Any = None, default_interval_ms: int = 1000) -> Task:
         """Poll until terminal or ``input_required``, sleeping the peer's ``pollInterval``."""
-        while True:
-            task = await self.get(task_id)
-            if on_status is not None:
-                on_status(task)
-            if task.status.is_terminal or task.status == TaskStatus.INPUT_REQUIRED:
-                return task
-            interval = task.poll_interval if task.poll_interval is not None else default_interval_ms
-            await trio.sleep(interval / 1000)
+        return await poll_task(
+            self.get, task_id, on_status=on_status, default_interval_ms=default_interval_ms
+        )
+
+
+async def poll_task(
+    get: Callable[[str], Awaitable[Task]],
+    task_id: str,
+    *,
+    on_status: Callable[[Task], object] | None = None,
+    default_interval_ms: int = 1000,
+) -> Task:
+    """Call ``get(task_id)`` until the task is terminal or ``input_required``, sleeping the
+    peer's ``pollInterval`` (else ``default_interval_ms``) between calls; the last Task seen.
+    ``on_status`` is called with every Task read."""
+    while True:
+        task = await get(task_id)
+        if on_status is not None:
+            on_status(task)
+        if task.status.is_terminal or task.status == TaskStatus.INPUT_REQUIRED:
+            return task
+        interval = task.poll_interval if task.poll_interval is not None else default_interval_ms
+        await trio.sleep(interval / 1000)

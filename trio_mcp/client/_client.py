@@ -25,7 +25,7 @@ import trio
 
 from ..actors._endpoint import NO_RESPONSE, ConnectionClosed, Endpoint
 from ..actors._receiver import Started, TaskReceiver
-from ..actors._requestor import TaskRequestor
+from ..actors._requestor import TaskRequestor, poll_task
 from ..actors.runtime import unwrap_single
 from ..actors.supervisor import TaskSupervisor
 from ..actors.task_actor import TaskActor
@@ -552,18 +552,9 @@ class Client(Endpoint):
     ) -> Task:
         """Poll ``tasks/get`` until the task is terminal (or ``input_required``), sleeping the
         server's ``pollInterval`` between polls. Returns the last Task seen."""
-        if not self.modern:
-            return await self.tasks.poll(
-                task_id, on_status=on_status, default_interval_ms=default_interval_ms
-            )
-        while True:
-            task = await self.get_task(task_id)
-            if on_status is not None:
-                on_status(task)
-            if task.status.is_terminal or task.status == TaskStatus.INPUT_REQUIRED:
-                return task
-            interval = task.poll_interval if task.poll_interval is not None else default_interval_ms
-            await trio.sleep(interval / 1000)
+        return await poll_task(
+            self.get_task, task_id, on_status=on_status, default_interval_ms=default_interval_ms
+        )
 
 
 def _declares(capabilities: dict[str, Any], *path: str) -> bool:

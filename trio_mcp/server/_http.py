@@ -102,7 +102,7 @@ from ..transports.security import (
     origin_check,
     verify_token,
 )
-from ._server import Server, ServerRuntime, register_listener
+from ._server import Server, ServerRuntime, open_runtime, register_listener
 
 __all__ = ["ANONYMOUS_OWNER", "McpHttpApp", "mcp_asgi_app", "serve_http"]
 
@@ -472,15 +472,6 @@ class _Session:
 
 
 # -- the application ------------------------------------------------------------------------
-@asynccontextmanager
-async def _opened(server_or_runtime: Server | ServerRuntime) -> AsyncIterator[ServerRuntime]:
-    if isinstance(server_or_runtime, ServerRuntime):
-        yield server_or_runtime
-    else:
-        async with server_or_runtime.open() as runtime:
-            yield runtime
-
-
 class McpHttpApp:
     """The MCP endpoint as an ASGI 3 application (see :func:`mcp_asgi_app`).
 
@@ -538,7 +529,7 @@ class McpHttpApp:
         """Serve requests inside the block (opens the runtime if given a Server)."""
         if self._nursery is not None:
             raise RuntimeError("this MCP app is already running")
-        async with _opened(self.server_or_runtime) as runtime, trio.open_nursery() as nursery:
+        async with open_runtime(self.server_or_runtime) as runtime, trio.open_nursery() as nursery:
             self.runtime, self._nursery = runtime, nursery
             nursery.start_soon(self._expire_idle)
             try:

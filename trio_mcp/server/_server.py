@@ -19,7 +19,6 @@ import logging
 import signal
 import sys
 import time
-import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar, overload
@@ -50,7 +49,14 @@ from ..protocol.schema import ArgumentError, ArgumentSpec, argument_spec
 from ..transports.base import Transport
 from ..transports.stdio import open_stdio_transport
 from ._context import Context
-from ._surface import MAX_COMPLETIONS, Completer, RegisteredPrompt, RegisteredResource, RegisteredTemplate
+from ._surface import (
+    MAX_COMPLETIONS,
+    Completer,
+    RegisteredPrompt,
+    RegisteredResource,
+    RegisteredTemplate,
+    find_context_param,
+)
 
 __all__ = [
     "GC_THRESHOLD",
@@ -147,14 +153,6 @@ def to_result(value: Any) -> CallToolResult:
     if isinstance(value, dict):
         return CallToolResult(content=[TextContent(text)], structured_content=value)
     return CallToolResult(content=[TextContent(text)])
-
-
-def _context_param(fn: Callable[..., Any]) -> str | None:
-    hints = typing.get_type_hints(fn)
-    for name in inspect.signature(fn).parameters:
-        if hints.get(name) is Context:
-            return name
-    return None
 
 
 class Server:
@@ -270,7 +268,7 @@ class Server:
         tool_name = name or fn.__name__
         if tool_name in self.tools:
             raise ValueError(f"a tool named {tool_name!r} is already registered")
-        context_param = _context_param(fn)
+        context_param = find_context_param(fn)
         spec = (
             argument_spec(fn, skip=(context_param,) if context_param else ())
             if input_schema is None
@@ -300,7 +298,7 @@ class Server:
         once. Cancelling the call (``tasks/cancel``, ``notifications/cancelled``) ends the task
         or request at once; the thread cannot be interrupted, so it is abandoned and its result
         discarded when it returns. Long sync tools should check a flag of their own."""
-        if _context_param(sync) is not None:
+        if find_context_param(sync) is not None:
             raise TypeError(f"tool {sync.__qualname__}: only async tools can take a Context")
         limiter = self._threads
 
@@ -348,7 +346,7 @@ class Server:
                 self.templates[uri] = RegisteredTemplate.compile(uri, fn, **fields)
             else:
                 self.resources[uri] = RegisteredResource(
-                    uri, fields.pop("name"), fn, _context_param(fn), **fields
+                    uri, fields.pop("name"), fn, find_context_param(fn), **fields
                 )
             self.notify_list_changed("resources")
             return fn
@@ -768,6 +766,16 @@ async def _listen(runtime: ServerRuntime, options: RunOptions) -> None:
         literal = f"[{host}]" if ":" in host else host
         address = url.format(host=literal, port=bound)
         print(f"Serving {runtime.server.info.name} on {address}", file=sys.stderr, flush=True)
+
+
+@asynccontextmanager
+async def open_runtime(server_or_runtime: Server | ServerRuntime) -> AsyncIterator[ServerRuntime]:
+    """An open runtime: ``server_or_runtime`` itself, or one opened on the server for the block."""
+    if isinstance(server_or_runtime, ServerRuntime):
+        yield server_or_runtime
+    else:
+        async with server_or_runtime.open() as runtime:
+            yield runtime
 
 
 def default_store() -> TaskStore:

@@ -36,12 +36,22 @@ MAX_COMPLETIONS = 100
 _CONTENT = (TextContent, ImageContent, AudioContent, ResourceLink, EmbeddedResource)
 
 
-def _context_param(fn: Callable[..., Any]) -> str | None:
+def find_context_param(fn: Callable[..., Any]) -> str | None:
+    """The name of ``fn``'s parameter annotated :class:`Context`, if any."""
     hints = typing.get_type_hints(fn)
     for name in inspect.signature(fn).parameters:
         if hints.get(name) is Context:
             return name
     return None
+
+
+def _described(out: dict[str, Any], entry: RegisteredResource | RegisteredTemplate) -> dict[str, Any]:
+    """``out`` with the entry's title, description and mimeType, those it has."""
+    fields = (("title", entry.title), ("description", entry.description), ("mimeType", entry.mime_type))
+    for key, value in fields:
+        if value is not None:
+            out[key] = value
+    return out
 
 
 async def _call(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
@@ -119,15 +129,7 @@ class RegisteredResource:
     mime_type: str | None = None
 
     def wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"uri": self.uri, "name": self.name}
-        for key, value in (
-            ("title", self.title),
-            ("description", self.description),
-            ("mimeType", self.mime_type),
-        ):
-            if value is not None:
-                out[key] = value
-        return out
+        return _described({"uri": self.uri, "name": self.name}, self)
 
     async def read(self, ctx: Context | None) -> list[dict[str, Any]]:
         kwargs = {self.context_param: ctx} if self.context_param is not None else {}
@@ -158,20 +160,11 @@ class RegisteredTemplate:
             else re.escape(part)
             for part in re.split(r"(\{[A-Za-z_][A-Za-z0-9_]*\})", uri_template)
         )
-        return cls(
-            uri_template, fields.pop("name"), fn, _context_param(fn), re.compile(regex), variables, **fields
-        )
+        name, context = fields.pop("name"), find_context_param(fn)
+        return cls(uri_template, name, fn, context, re.compile(regex), variables, **fields)
 
     def wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"uriTemplate": self.uri_template, "name": self.name}
-        for key, value in (
-            ("title", self.title),
-            ("description", self.description),
-            ("mimeType", self.mime_type),
-        ):
-            if value is not None:
-                out[key] = value
-        return out
+        return _described({"uriTemplate": self.uri_template, "name": self.name}, self)
 
     def match(self, uri: str) -> dict[str, str] | None:
         found = self.pattern.fullmatch(uri)
@@ -198,7 +191,7 @@ class RegisteredPrompt:
 
     @classmethod
     def from_function(cls, fn: Callable[..., Any], **fields: Any) -> RegisteredPrompt:
-        context_param = _context_param(fn)
+        context_param = find_context_param(fn)
         described = fields.pop("argument_descriptions", None) or {}
         arguments = tuple(
             {

@@ -69,8 +69,6 @@ from __future__ import annotations
 import logging
 import math
 import ssl
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 
 import trio
@@ -99,7 +97,7 @@ from ..transports.websocket import (
     listener_port,
     reader_nursery,
 )
-from ._server import Server, ServerRuntime, register_listener
+from ._server import Server, ServerRuntime, open_runtime, register_listener
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
@@ -120,15 +118,6 @@ DEFAULT_IDLE_TIMEOUT = 300.0
 
 def _headers(request: WebSocketRequest, name: bytes) -> list[str]:
     return [value.decode("latin-1") for key, value in request.headers if key.lower() == name]
-
-
-@asynccontextmanager
-async def _running(server_or_runtime: Server | ServerRuntime) -> AsyncIterator[ServerRuntime]:
-    if isinstance(server_or_runtime, ServerRuntime):
-        yield server_or_runtime
-    else:
-        async with server_or_runtime.open() as runtime:
-            yield runtime
 
 
 async def serve_websocket(
@@ -212,7 +201,7 @@ async def serve_websocket(
         connection = await request.accept(subprotocol=subprotocol)
         return connection, owner
 
-    async with _running(server_or_runtime) as runtime:
+    async with open_runtime(server_or_runtime) as runtime:
 
         async def run_session(transport: WebSocketTransport, owner: str | None) -> None:
             log.debug("websocket session %s started (owner %r)", transport.connection, owner)
