@@ -92,11 +92,24 @@ def test_bad_arguments_print_usage_and_exit_2(
     assert complaint in err
 
 
+def test_a_bad_store_in_the_environment_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TRIO_MCP_STORE", "ftp://x")
+    with pytest.raises(SystemExit) as exited:
+        parse_run_args([], prog="myserver.py")
+    assert exited.value.code == 2
+    assert "TRIO_MCP_STORE: unknown task store 'ftp://x'" in capsys.readouterr().err
+    assert parse_run_args(["--store", "memory"]).store == "memory"  # the command line wins
+
+
 def test_keyword_arguments_that_disagree_are_refused() -> None:
     with pytest.raises(ValueError, match="cannot be combined"):
         RunOptions.from_arguments(ws=":1", http=":2")
     with pytest.raises(ValueError, match="only apply with ws or http"):
         RunOptions.from_arguments(token="t")
+    with pytest.raises(ValueError, match="unknown task store"):
+        RunOptions.from_arguments(store="ftp://x")
 
 
 # ------------------------------------------------------------------ the README's server file

@@ -599,6 +599,10 @@ def _store_url(text: str) -> str:
     return text
 
 
+def _check_store(_instance: object, _attribute: object, url: str) -> None:
+    _store_url(url)
+
+
 @attrs.frozen
 class RunOptions:
     """How :meth:`Server.run` serves: parsed from a command line by :func:`parse_run_args`.
@@ -615,7 +619,7 @@ class RunOptions:
     """A bearer token clients must send (``ws``/``http`` only); their tasks then belong to it."""
     allow_origins: tuple[str, ...] = ()
     """Browser origins to accept (default: localhost on any port)."""
-    store: str | None = None
+    store: str | None = attrs.field(default=None, validator=attrs.validators.optional(_check_store))
     """A ``--store`` URL (``memory``, ``sqlite:///PATH``, ``redis://HOST:PORT/DB``); None keeps
     the server's own store."""
     log_level: str = attrs.field(default="warning", validator=attrs.validators.in_(LOG_LEVELS))
@@ -645,8 +649,6 @@ class RunOptions:
             transport, where = "ws", ws
         elif http is not None:
             transport, where = "http", http
-        if store is not None:
-            _store_url(store)
         return cls(
             transport,
             _address(where) if where is not None else None,
@@ -716,12 +718,13 @@ def parse_run_args(
     token = args.token or (os.environ.get("TRIO_MCP_TOKEN") if transport != "stdio" else None) or base.token
     if transport == "stdio" and (args.token or args.allow_origin):
         parser.error("--token and --allow-origin only apply with --ws or --http HOST:PORT")
-    store = args.store or os.environ.get("TRIO_MCP_STORE") or base.store
-    if store is not None:
+    from_env = os.environ.get("TRIO_MCP_STORE") if args.store is None else None
+    if from_env:
         try:
-            _store_url(store)
+            _store_url(from_env)
         except ValueError as exc:
             parser.error(f"TRIO_MCP_STORE: {exc}")
+    store = args.store or from_env or base.store
     return RunOptions(
         transport,
         listen,
