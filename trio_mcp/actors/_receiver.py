@@ -16,9 +16,9 @@ from ..protocol import jsonrpc
 from ..protocol.errors import ErrorValue
 from ..protocol.records import TaskOutcome, TaskRecord
 from ._endpoint import Endpoint
-from .runtime import Reply, ask
+from .runtime import Reply
 from .supervisor import CreateTask, ListTasks, Route, TaskSupervisor
-from .task_actor import AwaitResult, Cancel, Poll, ProvideInput, Start, Work
+from .task_actor import AwaitResult, Cancel, Poll, ProvideInput, Work
 
 Rendered = dict[str, Any] | ErrorValue
 
@@ -81,7 +81,7 @@ class TaskReceiver:
 
     def start_work(self, record: TaskRecord) -> None:
         # A system message: it must not be refused once the client holds the task id.
-        self.supervisor.mailbox.put(Route(self.owner, record.task_id, Start()), system=True)
+        self.supervisor.start_work(self.owner, record.task_id)
 
     async def create(self, request: jsonrpc.Request, work: Work, ttl_ms: int | None) -> None:
         """Create a task for ``request``, answer it with the CreateTaskResult, then start the work."""
@@ -103,12 +103,12 @@ class TaskReceiver:
     # its answer (a session answers from the continuation, without waiting; ``wait()`` waits).
     def start_get(self, task_id: str, dialect: Renderer | None = None) -> Started:
         reply: Reply[TaskRecord] = Reply()
-        self.supervisor.tell(Route(self.owner, task_id, Poll(reply)))
+        self.supervisor.deliver(Route(self.owner, task_id, Poll(reply)))
         return Started(reply, (dialect or self.dialect).render_task)
 
     def start_cancel(self, task_id: str, dialect: Renderer | None = None) -> Started:
         reply: Reply[tuple[TaskRecord, bool]] = Reply()
-        self.supervisor.tell(Route(self.owner, task_id, Cancel(reply)))
+        self.supervisor.deliver(Route(self.owner, task_id, Cancel(reply)))
         renderer = dialect or self.dialect
 
         def render(answer: tuple[TaskRecord, bool]) -> Rendered:
@@ -121,7 +121,7 @@ class TaskReceiver:
     ) -> Started:
         """``tasks/update``: deliver answers to the task's input requests; an acknowledgement."""
         reply: Reply[TaskRecord] = Reply()
-        self.supervisor.tell(Route(self.owner, task_id, ProvideInput(responses, reply)))
+        self.supervisor.deliver(Route(self.owner, task_id, ProvideInput(responses, reply)))
         renderer = dialect or self.dialect
 
         def render(record: TaskRecord) -> Rendered:
@@ -140,9 +140,23 @@ class TaskReceiver:
 
         return Started(reply, render)
 
+    def start_result(self, task_id: str, dialect: Renderer | None = None) -> Started:
+        """``tasks/result``: the reply is answered at once when the task has ended (or is
+        unknown), otherwise when it ends."""
+        reply: Reply[TaskOutcome] = Reply()
+        self.supervisor.deliver(Route(self.owner, task_id, AwaitResult(reply)))
+        renderer = dialect or self.dialect
+
+        def render(outcome: TaskOutcome) -> Rendered:
+            return renderer.render_outcome(task_id, outcome)
+
+        return Started(reply, render)
+
     async def outcome(self, task_id: str) -> TaskOutcome:
         """Wait for the task to end: what its request produced."""
-        return await ask(self.supervisor, lambda reply: Route(self.owner, task_id, AwaitResult(reply)))
+        reply: Reply[TaskOutcome] = Reply()
+        self.supervisor.deliver(Route(self.owner, task_id, AwaitResult(reply)))
+        return await reply.wait()
 
     async def result(self, task_id: str, dialect: Renderer | None = None) -> dict[str, Any]:
         """Wait for the end; return what the request would have (or raise its McpError)."""

@@ -468,7 +468,7 @@ class SessionActor(Endpoint):
         elif isinstance(command, CallTool):
             await self._wait(request, functools.partial(self._tools_call, command, self.dialect))
         elif isinstance(command, AwaitTaskResult):
-            await self._wait(request, functools.partial(self._task_result, command.task_id))
+            await self._await_result(request, command.task_id)
         elif isinstance(command, SubscribeResource):
             if command.subscribe:
                 self._subscribed.add(command.uri)
@@ -605,12 +605,43 @@ class SessionActor(Endpoint):
                 ErrorValue(INVALID_REQUEST, f"Invalid request: id {request.id!r} is already in use"),
             )
             return
-        assert self._nursery is not None
         if not await self._admit(request):
             return
+        self._spawn_answer(request, handler)
+
+    def _spawn_answer(
+        self, request: jsonrpc.Request, handler: Callable[[jsonrpc.Request], Awaitable[dict[str, Any]]]
+    ) -> None:
+        """Answer an admitted request from a Trio task of its own, which a
+        ``notifications/cancelled`` for it cancels."""
+        assert self._nursery is not None
         scope = trio.CancelScope()
         self._in_flight[request.id] = scope
         self._nursery.start_soon(self._answer_in_scope, request, handler, scope)
+
+    async def _await_result(self, request: jsonrpc.Request, task_id: str) -> None:
+        """``tasks/result``: answered at once, without a Trio task of its own, when the task has
+        ended or is unknown; otherwise by a waiting one (:meth:`_wait`'s rules either way)."""
+        if request.id in self._in_flight:
+            await self._wait(request, functools.partial(self._task_result, task_id))  # refused there
+            return
+        if not await self._admit(request):
+            return
+        try:
+            started = self.receiver.start_result(task_id)
+        except MailboxFull:
+            self._release()
+            await self.respond_error(request.id, OVERLOADED)
+            return
+        if started.reply.answered:
+            self._queries += 1
+            started.reply.then(functools.partial(self._answer_later, request.id, started, self._release))
+        else:
+
+            async def wait(request: jsonrpc.Request) -> dict[str, Any]:
+                return await started.wait()
+
+            self._spawn_answer(request, wait)
 
     async def _admit(self, request: jsonrpc.Request) -> bool:
         """Count one more outstanding request, or refuse it at once past the limit."""

@@ -176,6 +176,11 @@ class MemoryTaskStore:
         row = self._rows.get(task_id)
         return row.record if row is not None else None
 
+    def peek(self, task_id: str) -> TaskRecord | None:
+        """:meth:`get` without waiting (the supervisor answers queries with it at once)."""
+        row = self._rows.get(task_id)
+        return row.record if row is not None else None
+
     async def update(self, record: TaskRecord) -> bool:
         row = self._rows.get(record.task_id)
         if row is None or row.record.version != record.version - 1:

@@ -23,9 +23,11 @@ the task is answered from the store.
 
 from __future__ import annotations
 
+import base64
 import heapq
 import logging
 import math
+import os
 import secrets
 import time
 from collections.abc import Callable
@@ -54,6 +56,27 @@ __all__ = [
     "Unwatch",
     "Watch",
 ]
+
+
+class _TaskIds:
+    """Unguessable task ids: 18 bytes from :func:`os.urandom` each, as
+    ``secrets.token_urlsafe(18)`` makes them, read 256 ids at a time (one system call per
+    256 tasks rather than per task)."""
+
+    __slots__ = ("_pool", "_taken")
+    SIZE = 18
+    BATCH = 256
+
+    def __init__(self) -> None:
+        self._pool = b""
+        self._taken = 0
+
+    def __call__(self) -> str:
+        start = self._taken
+        if start + self.SIZE > len(self._pool):
+            self._pool, start = os.urandom(self.SIZE * self.BATCH), 0
+        self._taken = start + self.SIZE
+        return base64.urlsafe_b64encode(self._pool[start : start + self.SIZE]).decode()
 
 
 @attrs.frozen
@@ -245,6 +268,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self._deadline_of: dict[str, float] = {}
         self._watchers: dict[str, list[Callable[[TaskRecord], None]]] = {}
         self._live_total = 0
+        self._new_id = _TaskIds()
         self.origin = secrets.token_hex(8)
         """This process's name among those sharing the store."""
         self._shared: SharedTaskStore | None = (
@@ -252,6 +276,10 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             if all(hasattr(self.store, m) for m in _SHARED_METHODS)
             else None
         )
+        self._peek: Callable[[str], TaskRecord | None] | None = (
+            getattr(self.store, "peek", None) if self._shared is None else None
+        )
+        """Reads a record without waiting (the memory store): see :meth:`deliver`."""
         self._remote_waiters: dict[str, list[Reply[TaskOutcome]]] = {}
         self._kept: dict[str, int] = {}  # tasks kept per owner (created here, not yet removed)
         self._owner_of: dict[str, str] = {}
@@ -354,7 +382,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             return
         ttl = self.limits.grant_ttl(message.ttl_ms)
         record = new_record(
-            secrets.token_urlsafe(18),
+            self._new_id(),
             message.owner,
             now=self.wall_clock(),
             ttl_ms=ttl,
@@ -394,6 +422,57 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         message.reply.send(record)
 
     # -- routing --------------------------------------------------------------------------
+    def deliver(self, message: Route) -> None:
+        """Deliver a task message, answering it at once where that needs no waiting.
+
+        A task whose actor lives in this process is handed the message now, in the caller's
+        Trio task (the actor's handlers never wait, so this is as atomic as the supervisor's
+        own delivery); so is a query about a task that is only a record, when the store can
+        read it without waiting (the memory store). Everything else — starting the work, a
+        record in a durable or shared store — goes through the mailbox in order
+        (:class:`MailboxFull` when it is full). Answers per task keep their order: a task
+        whose actor is here is always answered at once, and its actor is forgotten only
+        after its final record is stored.
+        """
+        inner = message.message
+        if not isinstance(inner, Start):
+            actor = self._actors.get(message.task_id)
+            if actor is not None:
+                if actor.owner == message.owner:
+                    self._deliver(actor, inner)
+                else:
+                    inner.reply.fail(NOT_FOUND.exception())  # foreign tasks look exactly like missing ones
+                return
+            if self._peek is not None:
+                record = self._peek(message.task_id)
+                if record is None or record.owner != message.owner or record.is_terminal:
+                    self._answer_record(record, message.owner, inner)
+                    return
+        self.mailbox.put(message)
+
+    def start_work(self, owner: str, task_id: str) -> None:
+        """Start a created task's work now (its creator has answered with the task); nothing if
+        it was removed meanwhile."""
+        actor = self._actors.get(task_id)
+        if actor is not None and actor.owner == owner and self._nursery is not None:
+            self._nursery.start_soon(actor.run_work, self._on_crash)
+
+    def _answer_record(
+        self, record: TaskRecord | None, owner: str, inner: Poll | AwaitResult | Cancel | ProvideInput
+    ) -> None:
+        """Answer a message about a task with no actor here from its final record (or none)."""
+        if record is None or record.owner != owner:
+            inner.reply.fail(NOT_FOUND.exception())
+        elif isinstance(inner, Poll | ProvideInput):
+            inner.reply.send(record)  # answers for no one waiting are ignored
+        elif isinstance(inner, AwaitResult):
+            if record.outcome is not None:
+                inner.reply.send(record.outcome)
+            else:
+                inner.reply.fail(ELSEWHERE.exception())
+        else:  # it has ended: cancelling changes nothing
+            inner.reply.send((record, True))
+
     async def _route(self, message: Route) -> None:
         inner = message.message
         actor = self._actors.get(message.task_id)

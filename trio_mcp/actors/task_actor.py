@@ -22,13 +22,13 @@ stored, the supervisor forgets the actor and the task is a record in the store.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import attrs
 import trio
 
+from ..protocol import _json
 from ..protocol.errors import INTERNAL_ERROR, TASK_CANCELLED, ErrorValue, McpError
 from ..protocol.records import TaskOutcome, TaskRecord
 from ..protocol.tasks import TaskStatus
@@ -275,7 +275,7 @@ class TaskActor:
         limit = self._max_result_bytes
         if limit is None or outcome.result is None:
             return outcome
-        size = len(json.dumps(outcome.result, separators=(",", ":"), ensure_ascii=False).encode())
+        size = len(_json.dumps(outcome.result))
         if size <= limit:
             return outcome
         return TaskOutcome.from_error(

@@ -7,11 +7,11 @@ Batches are refused: MCP after 2025-03-26 forbids them.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import attrs
 
+from . import _json
 from .errors import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
 
 __all__ = [
@@ -94,7 +94,7 @@ def parse(data: bytes | str) -> Message:
     Request(id=1, method='ping', params=None)
     """
     try:
-        obj = json.loads(data, parse_constant=_refuse_constant)
+        obj = _json.loads(data)
     except (ValueError, RecursionError):
         raise _invalid(PARSE_ERROR, "Parse error: not valid JSON") from None
     if isinstance(obj, list):
@@ -143,18 +143,10 @@ def parse_object(obj: dict[str, Any]) -> Message:
     raise _invalid(INVALID_REQUEST, 'Invalid request: no "method", "result" or "error"', id_)
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _dumps(obj: dict[str, Any]) -> bytes:
     """Strict JSON (no NaN/Infinity: ValueError). Lone surrogates cannot be UTF-8, so such a
-    message falls back to ASCII escapes, which any JSON reader turns back into the same text."""
-    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    try:
-        return text.encode()
-    except UnicodeEncodeError:
-        return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
+    message is written with ASCII escapes, which any JSON reader turns back into the same text."""
+    return _json.dumps(obj)
 
 
 def encode_request(id: RequestId, method: str, params: dict[str, Any] | None = None) -> bytes:

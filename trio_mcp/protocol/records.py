@@ -17,11 +17,11 @@ True
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import attrs
 
+from . import _json
 from .errors import ErrorValue
 from .tasks import TaskStatus, check_transition, format_timestamp
 
@@ -194,12 +194,12 @@ def record_to_json(record: TaskRecord) -> dict[str, Any]:
 
 def record_to_text(record: TaskRecord) -> str:
     """The record's JSON form as compact text (what stores write)."""
-    return json.dumps(record_to_json(record), allow_nan=False, separators=(",", ":"))
+    return _json.dumps(record_to_json(record)).decode()
 
 
 def record_from_text(text: str | bytes) -> TaskRecord:
     """The inverse of :func:`record_to_text`."""
-    return record_from_json(json.loads(text))
+    return record_from_json(_json.loads(text))
 
 
 def record_from_json(obj: dict[str, Any]) -> TaskRecord:

@@ -140,7 +140,15 @@ class StreamTransport(trio.abc.AsyncResource):
         await self._write(_NEWLINE.join(messages) + _NEWLINE)
 
     async def _write(self, frame: bytes) -> None:
-        async with self._send_lock:
+        # The lock only makes concurrent senders take turns; uncontended (the usual case: one
+        # writer task) it is taken without a scheduler round trip. The write itself is still a
+        # checkpoint (the stream's send_all).
+        lock = self._send_lock
+        if lock.locked():
+            await lock.acquire()
+        else:
+            lock.acquire_nowait()
+        try:
             if self._closed:
                 raise trio.ClosedResourceError("transport was closed")
             if self._send_broken:
@@ -154,6 +162,8 @@ class StreamTransport(trio.abc.AsyncResource):
             except BaseException:
                 self._send_broken = True
                 raise
+        finally:
+            lock.release()
 
     async def send_eof(self) -> None:
         """Close the sending half only: the peer sees end of input, and we can still receive.
