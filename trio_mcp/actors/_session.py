@@ -367,7 +367,7 @@ class SessionActor(Endpoint):
         self._in_flight: dict[jsonrpc.RequestId, trio.CancelScope] = {}
         self._outstanding = 0
         self._queries = 0  # task queries sent to the supervisor and not answered yet
-        self._unstarted: set[str] = set()  # created; their CreateTaskResult not written yet
+        self._unwritten: set[str] = set()  # created; their CreateTaskResult not written yet
         self._subscribed: set[str] = set()  # resources/subscribe (handshake era)
         self._listeners: dict[jsonrpc.RequestId, _Listener] = {}  # subscriptions/listen streams
         self.receiver = TaskReceiver(self, supervisor, self.owner, self.dialect)
@@ -411,11 +411,11 @@ class SessionActor(Endpoint):
         # they have open to this client fail: a disconnect cancels, it does not fail them.
         if self.connection_owned:
             self.supervisor.owner_gone(self.owner)
-        # Tasks whose CreateTaskResult was never written never started, and their ids never
-        # reached the client: whoever owns them, they go.
-        for task_id in self._unstarted:
+        # Tasks whose CreateTaskResult was never written: their ids never reached the client,
+        # so whoever owns them, they go (their work, begun a moment ago, is cancelled).
+        for task_id in self._unwritten:
             self.supervisor.mailbox.put(Remove(self.owner, task_id), system=True)
-        self._unstarted.clear()
+        self._unwritten.clear()
 
     def _tool_support(self, name: str) -> TaskSupport | None:
         entry = self.service.tools.get(name)
@@ -713,25 +713,31 @@ class SessionActor(Endpoint):
             log.error("answering request %r failed: %r", request_id, exc, exc_info=exc)
             data = jsonrpc.encode_error(request_id, INTERNAL_ERROR, f"Internal error: {exc}")
         if after is None:
-            written: Callable[[], None] = release
-        else:
-            start = after
-            created = value.task_id if isinstance(value, TaskRecord) else None
-            if created is not None:
-                self._unstarted.add(created)
-
-            def written() -> None:
+            if not self.post(data, release):
                 release()
-                if created is not None:
-                    self._unstarted.discard(created)
-                start()  # the task's work begins once its CreateTaskResult is written
+            return
+        created = value.task_id if isinstance(value, TaskRecord) else None
+        if created is None:
+            if self.post(data, release):
+                after()
+            else:
+                release()
+            return
 
-        if not self.post(data, written):
+        def written() -> None:
             release()
-            if after is not None and isinstance(value, TaskRecord):
-                # Created for a connection that has gone: nobody got its id, never start it.
-                self._unstarted.discard(value.task_id)
-                self.supervisor.mailbox.put(Remove(self.owner, value.task_id), system=True)
+            self._unwritten.discard(created)
+
+        if self.post(data, written):
+            # The work starts now: its status notifications queue behind its CreateTaskResult
+            # (often into the same write). Until that answer is written the task is one the
+            # client may never hear of: if the connection ends first, it is removed.
+            self._unwritten.add(created)
+            after()
+        else:
+            release()
+            # Created for a connection that has gone: nobody got its id, never start it.
+            self.supervisor.mailbox.put(Remove(self.owner, created), system=True)
 
     async def _answer_in_scope(
         self,

@@ -72,8 +72,8 @@ def check_transition(old: TaskStatus, new: TaskStatus) -> None:
 
 def format_timestamp(epoch_seconds: float) -> str:
     """ISO 8601 in UTC with milliseconds, as tasks carry them (truncated to the millisecond,
-    as ``datetime.isoformat`` does). The date and time of the last whole second is kept, so
-    formatting the many timestamps of one second costs one division and an f-string.
+    as ``datetime.isoformat`` does). The date and time of recent whole seconds are kept, so
+    formatting the many timestamps of one second costs a lookup and an f-string.
 
     >>> format_timestamp(0)
     '1970-01-01T00:00:00.000Z'
@@ -88,15 +88,17 @@ def format_timestamp(epoch_seconds: float) -> str:
         second, micro = second + 1, micro - 1_000_000
     elif micro < 0:
         second, micro = second - 1, micro + 1_000_000
-    cached = _last_second
-    if cached[0] != second:
-        moment = datetime.datetime.fromtimestamp(second, datetime.UTC)
-        cached = (second, moment.strftime("%Y-%m-%dT%H:%M:%S"))
-        globals()["_last_second"] = cached
-    text = f"{cached[1]}.{micro // 1000:03d}Z"
+    prefix = _seconds.get(second)
+    if prefix is None:
+        if len(_seconds) >= _SECONDS_KEPT:
+            _seconds.clear()
+        prefix = datetime.datetime.fromtimestamp(second, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _seconds[second] = prefix
+    text = f"{prefix}.{micro // 1000:03d}Z"
     globals()["_last_formatted"] = (epoch_seconds, text)
     return text
 
 
-_last_second: tuple[int, str] = (-(2**62), "")
+_SECONDS_KEPT = 4096
+_seconds: dict[int, str] = {}  # whole seconds already formatted (tasks made in the same second)
 _last_formatted: tuple[float, str] = (math.nan, "")
