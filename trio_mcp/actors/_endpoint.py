@@ -14,8 +14,9 @@ outbound queue. Guarantees:
 - **A write that cannot finish within** ``write_timeout`` seconds (default
   :data:`DEFAULT_WRITE_TIMEOUT`, 30) closes the connection: a peer that stopped reading is let
   go after that long, whatever it sent.
-- ``on_written`` callbacks run once their message was handed to the transport (a session's
-  count of outstanding requests includes answers until they are written).
+- ``on_written`` callbacks run once their message is handed to the transport, before the write
+  that carries it returns (a session's count of outstanding requests includes answers until
+  then; a task whose CreateTaskResult was handed over counts as known to the client).
 """
 
 from __future__ import annotations
@@ -216,6 +217,10 @@ class Endpoint:
             if self._tracer is not None:
                 for item in batch:
                     self._tracer("message.out", {"connection": self.name, "data": item})
+            # Handed to the transport: from here the peer may have them (a peer that reads the
+            # bytes and hangs up at once must not find its answers treated as never sent).
+            for callback in callbacks:
+                callback()
             try:
                 with trio.move_on_after(
                     self.write_timeout if math.isfinite(self.write_timeout) else math.inf
@@ -241,8 +246,6 @@ class Endpoint:
                 self.overflowed = True
                 self.abort()
                 return
-            for callback in callbacks:
-                callback()
 
     async def _read_loop(self) -> None:
         while True:
@@ -311,6 +314,10 @@ class Endpoint:
             await self.respond(request.id, result, on_written)
         return True
 
+    def on_input_ended(self) -> None:
+        """Called when the peer ended its input cleanly, before what is on its way is written
+        (override)."""
+
     def on_disconnect(self) -> None:
         """Called once when the peer is gone, before pending requests fail (override)."""
 
@@ -355,6 +362,7 @@ class Endpoint:
                 with trio.CancelScope() as self._read_scope:
                     await self._read_loop()
             if not scope.cancelled_caught:
+                self.on_input_ended()
                 with trio.move_on_after(DRAIN_TIMEOUT):
                     # A short bounded poll, once, at the end of a connection.
                     while (self._outbound or self._writing or not self.quiet()) and not self.closed:  # noqa: ASYNC110

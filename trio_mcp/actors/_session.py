@@ -368,6 +368,7 @@ class SessionActor(Endpoint):
         self._outstanding = 0
         self._queries = 0  # task queries sent to the supervisor and not answered yet
         self._unwritten: set[str] = set()  # created; their CreateTaskResult not written yet
+        self._tasks_dropped = False
         self._subscribed: set[str] = set()  # resources/subscribe (handshake era)
         self._listeners: dict[jsonrpc.RequestId, _Listener] = {}  # subscriptions/listen streams
         self.receiver = TaskReceiver(self, supervisor, self.owner, self.dialect)
@@ -406,11 +407,21 @@ class SessionActor(Endpoint):
         self._in_flight.clear()
         self.stop_reading()
 
+    def on_input_ended(self) -> None:
+        # The client can send nothing more (no tasks/result, no tasks/get): the connection's
+        # tasks go now, as at a disconnect, rather than running on while the answers already on
+        # their way are written.
+        self._drop_connection_tasks()
+
+    def _drop_connection_tasks(self) -> None:
+        if self.connection_owned and not self._tasks_dropped:
+            self._tasks_dropped = True
+            self.supervisor.owner_gone(self.owner)
+
     def on_disconnect(self) -> None:
         # Remove the connection's tasks first, so their work is cancelled before the requests
         # they have open to this client fail: a disconnect cancels, it does not fail them.
-        if self.connection_owned:
-            self.supervisor.owner_gone(self.owner)
+        self._drop_connection_tasks()
         # Tasks whose CreateTaskResult was never written: their ids never reached the client,
         # so whoever owns them, they go (their work, begun a moment ago, is cancelled).
         for task_id in self._unwritten:
