@@ -14,13 +14,15 @@ DOC_TESTS = sorted(name for name in set(globals()) - _BEFORE if name.startswith(
 
 
 def test_the_guide_runs_its_examples() -> None:
-    assert len(python_blocks(_TEXT)) == 8
+    assert len(python_blocks(_TEXT)) == 10
     assert DOC_TESTS == [
         "test_a_task_from_start_to_end",
         "test_a_task_that_needs_input",
+        "test_argument_types",
         "test_cancel_really_stops_the_work",
         "test_input_in_each_era",
         "test_log_levels",
+        "test_one_database_for_the_whole_run",
         "test_plain_calls_and_errors",
         "test_resources_prompts_and_completion",
         "test_structured_output",

@@ -45,6 +45,7 @@ TOP_LEVEL_API = {
 SERVER_API = {
     "GC_THRESHOLD",
     "Context",
+    "Lifespan",
     "McpHttpApp",
     "RegisteredTool",
     "RunOptions",

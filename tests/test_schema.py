@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, NewType, Optional
 import attrs
 import jsonschema  # type: ignore[import-untyped]
 import pytest
+from conftest import argument_error, checked_spec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -78,16 +79,8 @@ POINT_SCHEMA: dict[str, Any] = {
 }
 
 
-def _spec(fn: Any, **kwargs: Any) -> ArgumentSpec:
-    spec = argument_spec(fn, **kwargs)
-    jsonschema.Draft202012Validator.check_schema(spec.schema)
-    return spec
-
-
-def _error(spec: ArgumentSpec, arguments: Any) -> tuple[str, str]:
-    with pytest.raises(ArgumentError) as info:
-        spec.validate(arguments)
-    return info.value.field, info.value.message
+_spec = checked_spec
+_error = argument_error
 
 
 # --- schema output ------------------------------------------------------------------------------
@@ -292,7 +285,7 @@ async def f_varargs(*args: int) -> None: ...
 async def f_kwargs(**kwargs: int) -> None: ...
 async def f_posonly(x: int, /) -> None: ...
 async def f_unannotated(x) -> None: ...  # type: ignore[no-untyped-def]
-async def f_bytes(x: bytes) -> None: ...
+async def f_bytearray(x: bytearray) -> None: ...
 async def f_int_keys(x: dict[int, str]) -> None: ...
 async def f_unhashable_set(x: set[list[int]]) -> None: ...
 async def f_mutable_attrs_set(x: set[Line]) -> None: ...
@@ -325,7 +318,7 @@ async def f_object_enum(x: ObjectEnum) -> None: ...
         (f_kwargs, "**kwargs is not supported"),
         (f_posonly, "positional-only parameter 'x'"),
         (f_unannotated, "parameter 'x' has no type annotation"),
-        (f_bytes, "parameter 'x': unsupported type annotation bytes"),
+        (f_bytearray, "parameter 'x': unsupported type annotation bytearray"),
         (f_int_keys, "object keys must be annotated as str"),
         (f_unhashable_set, "not hashable"),
         (f_mutable_attrs_set, "not hashable"),

@@ -7,12 +7,22 @@
 from ..actors.supervisor import TaskLimits
 from ._context import Context
 from ._http import McpHttpApp, mcp_asgi_app, serve_http
-from ._server import GC_THRESHOLD, RegisteredTool, RunOptions, Server, ServerRuntime, parse_run_args, tune_gc
+from ._server import (
+    GC_THRESHOLD,
+    Lifespan,
+    RegisteredTool,
+    RunOptions,
+    Server,
+    ServerRuntime,
+    parse_run_args,
+    tune_gc,
+)
 from ._websocket import serve_websocket
 
 __all__ = [
     "GC_THRESHOLD",
     "Context",
+    "Lifespan",
     "McpHttpApp",
     "RegisteredTool",
     "RunOptions",

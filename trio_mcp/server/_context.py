@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -20,8 +21,22 @@ from ..protocol.messages import (
 if TYPE_CHECKING:
     from ..actors._requestor import TaskRequestor
     from ..actors._session import ToolCall
+    from ..actors.supervisor import TaskSupervisor
 
 __all__ = ["Context"]
+
+_lifespan_values: weakref.WeakKeyDictionary[TaskSupervisor, Any] = weakref.WeakKeyDictionary()
+"""What each open runtime's lifespan yielded, by the runtime's supervisor (the one thing a
+call knows of the runtime that runs it). Kept by :meth:`Server.open` while the runtime is open."""
+
+
+def bind_lifespan(supervisor: TaskSupervisor, value: Any) -> None:
+    """Make ``value`` the :attr:`Context.lifespan` of the calls ``supervisor``'s runtime serves."""
+    _lifespan_values[supervisor] = value
+
+
+def unbind_lifespan(supervisor: TaskSupervisor) -> None:
+    _lifespan_values.pop(supervisor, None)
 
 
 class Context:
@@ -42,6 +57,18 @@ class Context:
     def task_id(self) -> str | None:
         """The MCP task this call runs as, or None for an ordinary call."""
         return self._call.task_id
+
+    @property
+    def lifespan(self) -> Any:
+        """What the server's ``lifespan`` yielded (a connection pool, a client, a dict of
+        them…): the same object for every call and every connection the runtime serves.
+        None when the server has no lifespan. See :class:`~trio_mcp.Server`.
+
+        >>> # async def lookup(key: str, ctx: Context) -> str:
+        >>> #     db: Database = ctx.lifespan
+        >>> #     return await db.get(key)
+        """
+        return _lifespan_values.get(self._call.session.supervisor)
 
     async def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None

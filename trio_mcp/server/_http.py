@@ -603,13 +603,16 @@ class McpHttpApp:
             await receive()
             await send({"type": "lifespan.shutdown.complete"})
             return
+        started = False
         try:
-            async with self.running():
+            async with self.running():  # enters the server's lifespan (Server.open)
                 await send({"type": "lifespan.startup.complete"})
+                started = True
                 await receive()
         except Exception as exc:
-            log.error("MCP app failed: %r", exc, exc_info=exc)
-            await send({"type": "lifespan.shutdown.failed", "message": str(exc)})
+            log.error("MCP app failed%s: %r", "" if started else " to start", exc, exc_info=exc)
+            failed = "lifespan.shutdown.failed" if started else "lifespan.startup.failed"
+            await send({"type": failed, "message": str(exc) or type(exc).__name__})
             return
         await send({"type": "lifespan.shutdown.complete"})
 

@@ -16,12 +16,13 @@ import gc
 import inspect
 import json
 import logging
+import math
 import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
-from typing import Any, TypeVar, overload
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, TypeAlias, TypeVar, overload
 
 import attrs
 import trio
@@ -30,6 +31,7 @@ from ..actors._session import SessionActor, ToolCall
 from ..actors.store import MemoryTaskStore, TaskStore
 from ..actors.supervisor import TaskLimits, TaskSupervisor
 from ..actors.trace import Tracer, no_trace
+from ..protocol._docstrings import without_parameter_sections
 from ..protocol.converter import unstructure
 from ..protocol.errors import INVALID_PARAMS, McpError
 from ..protocol.messages import (
@@ -45,10 +47,10 @@ from ..protocol.messages import (
     ToolExecution,
 )
 from ..protocol.request_state import StateCodec
-from ..protocol.schema import ArgumentError, ArgumentSpec, argument_spec
+from ..protocol.schema import ArgumentError, ArgumentSpec, argument_spec, jsonable
 from ..transports.base import Transport
 from ..transports.stdio import open_stdio_transport
-from ._context import Context
+from ._context import Context, bind_lifespan, unbind_lifespan
 from ._surface import (
     MAX_COMPLETIONS,
     Completer,
@@ -61,6 +63,7 @@ from ._surface import (
 __all__ = [
     "GC_THRESHOLD",
     "SHUTDOWN_GRACE",
+    "Lifespan",
     "RegisteredTool",
     "Server",
     "ServerRuntime",
@@ -149,16 +152,60 @@ def to_result(value: Any) -> CallToolResult:
         value = unstructure(value)
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)
+    value = jsonable(value)  # datetimes, UUIDs, paths, decimals, bytes, enums, models: as JSON
     text = json.dumps(value, allow_nan=False)
     if isinstance(value, dict):
         return CallToolResult(content=[TextContent(text)], structured_content=value)
     return CallToolResult(content=[TextContent(text)])
 
 
+Lifespan: TypeAlias = Callable[["Server"], AbstractAsyncContextManager[Any]]
+"""A server's ``lifespan``: called with the :class:`Server` when a runtime opens, it returns an
+async context manager (typically an ``@contextlib.asynccontextmanager`` async generator) whose
+value tools reach as :attr:`Context.lifespan <trio_mcp.server.Context.lifespan>`."""
+
+
 class Server:
     """An MCP server: a name, tools, and the task policy.
 
     Tools default to ``task_support="optional"``: any client may run them as tasks.
+
+    ``lifespan`` holds what tools share for as long as the server runs (a database pool, an
+    HTTP client): a function ``lifespan(server)`` returning an async context manager, usually
+    an ``@contextlib.asynccontextmanager`` async generator that yields the shared value. Tools,
+    resources and prompts taking a :class:`Context` read that value as ``ctx.lifespan`` (it is
+    also :attr:`ServerRuntime.lifespan`):
+
+    >>> from contextlib import asynccontextmanager
+    >>> @asynccontextmanager
+    ... async def lifespan(server):
+    ...     pool = {"hits": 0}  # open the real resource here
+    ...     try:
+    ...         yield pool
+    ...     finally:
+    ...         pool.clear()  # and close it here
+    >>> server = Server("db", lifespan=lifespan)
+    >>> @server.tool
+    ... async def hit(ctx: Context) -> int:
+    ...     ctx.lifespan["hits"] += 1
+    ...     return ctx.lifespan["hits"]
+
+    It is entered by :meth:`open`, once per runtime, before the runtime serves anything, and
+    exited when the runtime closes, after every task and request of the runtime has been
+    cancelled or has finished. One runtime serves the whole process when the server runs with
+    :meth:`run`, :meth:`serve_stdio`, :func:`~trio_mcp.server.serve_websocket`,
+    :func:`~trio_mcp.server.serve_http` or :func:`~trio_mcp.server.mcp_asgi_app` (whatever the
+    number of connections); to share one lifespan between several transports, open the runtime
+    once and pass it to each of them (each runtime opened on a :class:`Server` enters a
+    lifespan of its own). An exception raised while entering stops the runtime from opening
+    (the server does not start); one raised while exiting propagates from the ``open`` block.
+    When the runtime closes because its caller was cancelled (a cancelled nursery, a deadline),
+    the exit runs shielded from that cancellation for at most :data:`SHUTDOWN_GRACE` seconds, so
+    the generator's ``finally`` can still ``await`` its cleanup (past that, its awaits are
+    cancelled and a warning is logged; :meth:`run` shuts down on SIGINT or SIGTERM without
+    such a cancellation). Background tasks the lifespan runs in a nursery of its own are
+    cancelled with the server, and cancel that nursery: such a lifespan shields the awaits of
+    its cleanup itself (``with trio.CancelScope(shield=True):``), as anywhere in Trio.
     """
 
     def __init__(
@@ -173,7 +220,10 @@ class Server:
         store: Callable[[], TaskStore] | None = None,
         state_key: bytes | None = None,
         max_threads: int = 8,
+        lifespan: Lifespan | None = None,
     ) -> None:
+        if lifespan is not None and not callable(lifespan):
+            raise TypeError(f"lifespan must be a function of the server, not {type(lifespan).__name__}")
         self.info = Implementation(name=name, version=version, title=title)
         self.instructions = instructions
         self.limits = limits or TaskLimits()
@@ -192,6 +242,8 @@ class Server:
         """Seals the ``requestState`` of modern-era input requests. Processes that share
         retries (several behind one load balancer) need the same ``state_key`` (32 random
         bytes); by default each server makes its own."""
+        self.lifespan: Lifespan | None = lifespan
+        """Entered by each :meth:`open` around the runtime; see the class docstring."""
 
     @overload
     def tool(self, name: F, /) -> F: ...
@@ -275,6 +327,8 @@ class Server:
             else None
         )
         doc = inspect.getdoc(fn)
+        if doc is not None and spec is not None:  # the parameters are described in the schema
+            doc = without_parameter_sections(doc) or None
         tool = Tool(
             name=tool_name,
             input_schema=input_schema
@@ -480,25 +534,71 @@ class Server:
         ``wall_clock`` gives the epoch seconds stamped on tasks (tests pin it); ``store``
         keeps the task records (default: a new one from the server's ``store`` factory).
 
+        The server's ``lifespan`` is entered first and exited last, once every task of the
+        runtime has ended (see the class docstring).
+
         >>> # async with server.open() as runtime:
         >>> #     nursery.start_soon(runtime.serve, transport)
         """
-        async with trio.open_nursery() as nursery:
+        async with self._entered_lifespan() as shared:
             owned = store is None  # a store we make, we close
             store = store if store is not None else self.store_factory()
             supervisor = TaskSupervisor(self.limits, store=store, wall_clock=wall_clock, tracer=tracer)
-            runtime = ServerRuntime(self, supervisor)
+            runtime = ServerRuntime(self, supervisor, lifespan=shared)
+            if self.lifespan is not None:
+                bind_lifespan(supervisor, shared)
             try:
-                await nursery.start(supervisor.run)
-                self._runtimes.add(runtime)
-                yield runtime
-            finally:
-                self._runtimes.discard(runtime)
-                nursery.cancel_scope.cancel()
-                aclose = getattr(store, "aclose", None)
-                if owned and aclose is not None:
-                    with trio.CancelScope(shield=True):
-                        await aclose()
+                async with trio.open_nursery() as nursery:
+                    try:
+                        await nursery.start(supervisor.run)
+                        self._runtimes.add(runtime)
+                        yield runtime
+                    finally:
+                        self._runtimes.discard(runtime)
+                        nursery.cancel_scope.cancel()
+                        aclose = getattr(store, "aclose", None)
+                        if owned and aclose is not None:
+                            with trio.CancelScope(shield=True):
+                                await aclose()
+            finally:  # every task of the runtime has ended: none reads ctx.lifespan any more
+                unbind_lifespan(supervisor)
+
+    @asynccontextmanager
+    async def _entered_lifespan(self) -> AsyncIterator[Any]:
+        """The server's lifespan entered for the block (None without one). Leaving because the
+        caller was cancelled, its exit is shielded from that for :data:`SHUTDOWN_GRACE` seconds."""
+        if self.lifespan is None:
+            yield None
+            return
+        manager = self.lifespan(self)
+        if not (hasattr(manager, "__aenter__") and hasattr(manager, "__aexit__")):
+            raise TypeError(
+                f"lifespan(server) must return an async context manager (decorate an async generator "
+                f"with @contextlib.asynccontextmanager), not {type(manager).__name__}"
+            )
+        # The shield is opened before the lifespan is entered, and switched on only on the way
+        # out: opened around its exit alone, it would not nest with cancel scopes (nurseries) the
+        # lifespan itself keeps open across its yield.
+        guard = trio.CancelScope()
+        stopped: BaseException | None = None
+        with guard:
+            async with manager as shared:
+                try:
+                    yield shared
+                except BaseException as exc:
+                    stopped = exc
+                    raise
+                finally:
+                    if trio.current_effective_deadline() == -math.inf:  # the caller is cancelled
+                        guard.shield = True
+                        guard.deadline = trio.current_time() + SHUTDOWN_GRACE
+        if guard.cancelled_caught:
+            log.warning(
+                "the lifespan of %s was still exiting after %g s: cancelled", self.info.name, SHUTDOWN_GRACE
+            )
+            if isinstance(stopped, Exception | KeyboardInterrupt):
+                raise stopped  # the error that closed the runtime, not lost to the grace period
+            await trio.lowlevel.checkpoint()  # the guard caught a Cancelled: the caller's goes on
 
     async def serve(self, transport: Transport) -> None:
         """Serve one connection until the peer hangs up; its tasks are cancelled then."""
@@ -814,6 +914,9 @@ class ServerRuntime:
     supervisor: TaskSupervisor
     sessions: set[SessionActor] = attrs.Factory(set)
     """The sessions being served now."""
+    lifespan: Any = None
+    """What the server's ``lifespan`` yielded for this runtime (None without one): what tools
+    read as :attr:`Context.lifespan <trio_mcp.server.Context.lifespan>`."""
 
     async def shutdown(self, grace: float = SHUTDOWN_GRACE) -> None:
         """Stop serving cleanly: every request still waiting is answered with an error
