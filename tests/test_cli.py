@@ -282,26 +282,37 @@ def test_demo_uses_the_example_server_of_a_checkout() -> None:
 # ----------------------------------------------------------------------------------- help
 
 
+CLIENT_CODES = {0, 2, 3, 4, 130}
+"""What a client command that runs no tool can exit with: success, usage, connection, protocol, Ctrl-C."""
+
+
 @pytest.mark.parametrize(
-    "command",
+    ("command", "codes"),
     [
-        "",
-        "serve",
-        "tools",
-        "call",
-        "demo",
-        "tasks",
-        "tasks list",
-        "tasks get",
-        "tasks result",
-        "tasks cancel",
+        ("", {0, 1, 2, 3, 4, 130}),
+        ("serve", {0, 2, 3, 130}),
+        ("tools", CLIENT_CODES),
+        ("call", CLIENT_CODES | {1}),
+        ("demo", CLIENT_CODES),
+        ("tasks", CLIENT_CODES | {1}),
+        ("tasks list", CLIENT_CODES),
+        ("tasks get", CLIENT_CODES),
+        ("tasks result", CLIENT_CODES | {1}),
+        ("tasks cancel", CLIENT_CODES),
     ],
 )
-def test_help_on_every_command_has_examples_and_exit_codes(command: str) -> None:
+def test_help_on_every_command_has_examples_and_its_own_exit_codes(command: str, codes: set[int]) -> None:
     result = invoke(*command.split(), "--help")
     assert result.exit_code == 0
     assert "Example" in result.stdout
-    assert "130" in result.stdout
+    table = result.stdout.split("Exit codes:", 1)[1]
+    rows = {int(m.group(1)): m.group(2) for m in re.finditer(r"^\s+(\d+)\s+(.*)$", table, re.MULTILINE)}
+    assert set(rows) == codes, rows
+    if command == "serve":  # a signal is how a server is meant to stop: exit 0, not 130
+        assert "SIGINT" in rows[0] and "SIGTERM" in rows[0]
+        assert "second signal" in rows[130] and "interrupted by Ctrl-C" not in result.stdout
+    elif 130 in rows:
+        assert "Ctrl-C" in rows[130] and "143" in rows[130]
 
 
 def test_main_maps_usage_errors_and_help_to_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -474,7 +485,7 @@ def test_connection_errors_exit_3(ws_url: str) -> None:
     cases: list[tuple[list[str], dict[str, str | None], str]] = [
         (["tools", f"ws://127.0.0.1:{closed_port}/"], {}, "cannot connect"),
         (["tools", ws_url], {}, "pass --token"),
-        (["tools", ws_url, "--token", "wrong"], {}, "HTTP 401"),
+        (["tools", ws_url, "--token", "wrong"], {}, "401 Unauthorized (the token was not accepted"),
         (["tools", "no-such-command-xyz --serve"], {}, "command not found"),
         (["tools", f"{shlex.quote(PY)} -c 'import sys; sys.exit(7)'"], {}, "exited with status 7"),
         (["tools", "sleep 30", "--timeout", "300ms"], {}, "did not complete the MCP handshake within 0.3s"),

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import logging
 import sys
+import textwrap
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -18,7 +19,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from ..client import Client
-from ..protocol.errors import TASK_CANCELLED, McpError
+from ..protocol.errors import INVALID_PARAMS, TASK_CANCELLED, McpError
 from ..protocol.messages import CallToolResult, Task, Tool
 from ..protocol.tasks import TaskStatus
 from ..server import Server, ServerRuntime
@@ -56,14 +57,101 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 log = logging.getLogger("trio_mcp.cli")
 
-EXIT_CODES_HELP = """\b
-Exit codes:
-  0    success
-  1    the tool returned an error (isError), or the task failed or was cancelled
-  2    usage error: unknown tool/argument, bad value, bad duration, bad SERVER spec
-  3    connection error: TARGET could not be started, reached, or went away
-  4    protocol error: the server answered with a JSON-RPC error (e.g. unknown task id)
-  130  interrupted by Ctrl-C (143: by SIGTERM); a running task is cancelled first"""
+
+def exit_codes(*rows: tuple[int, str]) -> str:
+    """The ``Exit codes:`` epilog of a command's help: the codes *it* can exit with (click
+    does not rewrap a ``\\b`` paragraph, so long meanings are wrapped here, to 96 columns)."""
+    lines = ["\b", "Exit codes:"]
+    for code, meaning in rows:
+        lines.extend(textwrap.wrap(meaning, 96, initial_indent=f"  {code:<5}", subsequent_indent=" " * 7))
+    return "\n".join(lines)
+
+
+_USAGE = "usage error: bad option or value, bad duration, unparsable TARGET"
+_CONNECTION = "connection error: TARGET could not be started or reached, refused us, or went away"
+_PROTOCOL = "protocol error: the server answered with a JSON-RPC error"
+_INTERRUPTED = "interrupted by Ctrl-C (143: by SIGTERM)"
+
+EXIT_CODES_ALL = exit_codes(
+    (ExitCode.OK, "success (serve: also when stopped by SIGINT or SIGTERM)"),
+    (ExitCode.TOOL_ERROR, "the tool returned an error (isError), or the task failed or was cancelled"),
+    (ExitCode.USAGE, "usage error: unknown tool/argument, bad value, bad duration, bad SERVER spec"),
+    (ExitCode.CONNECTION, "connection error: TARGET could not be started, reached, refused us, or went away"),
+    (ExitCode.PROTOCOL, "protocol error: the server answered with a JSON-RPC error (e.g. unknown task id)"),
+    (
+        ExitCode.INTERRUPTED,
+        "interrupted by Ctrl-C (143: by SIGTERM); a task being followed is cancelled first",
+    ),
+)
+"""The group's epilog: every code, each command's own --help lists those it can exit with."""
+
+EXIT_CODES_SERVE = exit_codes(
+    (ExitCode.OK, "stopped by SIGINT (Ctrl-C) or SIGTERM (a clean shutdown), or stdin closed (stdio)"),
+    (ExitCode.USAGE, "usage error: bad SERVER spec, --ws/--http address, --store URL or option"),
+    (ExitCode.CONNECTION, "cannot listen on HOST:PORT (e.g. the port is in use)"),
+    (ExitCode.INTERRUPTED, "a second signal during the shutdown stopped it at once (143: if by SIGTERM)"),
+)
+EXIT_CODES_CLIENT = exit_codes(
+    (ExitCode.OK, "success"),
+    (ExitCode.USAGE, _USAGE),
+    (ExitCode.CONNECTION, _CONNECTION),
+    (ExitCode.PROTOCOL, _PROTOCOL),
+    (ExitCode.INTERRUPTED, _INTERRUPTED),
+)
+"""A client command that runs no tool: `tools`, `tasks list`."""
+EXIT_CODES_CALL = exit_codes(
+    (ExitCode.OK, "success"),
+    (
+        ExitCode.TOOL_ERROR,
+        "the tool returned an error (isError, e.g. invalid arguments), or the task failed "
+        "or was cancelled by someone else",
+    ),
+    (
+        ExitCode.USAGE,
+        "usage error: unknown tool or argument, a value that does not fit its type, a missing "
+        "argument, --task on a forbidden tool or none on a required one, bad duration, unparsable TARGET",
+    ),
+    (ExitCode.CONNECTION, _CONNECTION),
+    (ExitCode.PROTOCOL, _PROTOCOL + " (e.g. -32602 for invalid arguments)"),
+    (ExitCode.INTERRUPTED, _INTERRUPTED + "; a task being followed is cancelled first"),
+)
+EXIT_CODES_TASKS = exit_codes(
+    (ExitCode.OK, "success"),
+    (ExitCode.TOOL_ERROR, "tasks result: the task failed or was cancelled"),
+    (ExitCode.USAGE, _USAGE),
+    (ExitCode.CONNECTION, _CONNECTION),
+    (ExitCode.PROTOCOL, _PROTOCOL + " (e.g. an unknown task id)"),
+    (ExitCode.INTERRUPTED, _INTERRUPTED + "; the task goes on"),
+)
+EXIT_CODES_TASKS_GET = exit_codes(
+    (ExitCode.OK, "success"),
+    (ExitCode.USAGE, _USAGE),
+    (ExitCode.CONNECTION, _CONNECTION),
+    (ExitCode.PROTOCOL, _PROTOCOL + " (e.g. an unknown task id)"),
+    (ExitCode.INTERRUPTED, _INTERRUPTED),
+)
+EXIT_CODES_TASKS_RESULT = exit_codes(
+    (ExitCode.OK, "the task completed"),
+    (ExitCode.TOOL_ERROR, "the task failed or was cancelled"),
+    (ExitCode.USAGE, _USAGE),
+    (ExitCode.CONNECTION, _CONNECTION),
+    (ExitCode.PROTOCOL, _PROTOCOL + " (e.g. an unknown task id)"),
+    (ExitCode.INTERRUPTED, _INTERRUPTED + ": waiting stopped, the task goes on"),
+)
+EXIT_CODES_TASKS_CANCEL = exit_codes(
+    (ExitCode.OK, "the task was cancelled"),
+    (ExitCode.USAGE, _USAGE),
+    (ExitCode.CONNECTION, _CONNECTION),
+    (ExitCode.PROTOCOL, _PROTOCOL + " (e.g. an unknown task id, or the task already ended)"),
+    (ExitCode.INTERRUPTED, _INTERRUPTED),
+)
+EXIT_CODES_DEMO = exit_codes(
+    (ExitCode.OK, "success"),
+    (ExitCode.USAGE, "usage error: bad option"),
+    (ExitCode.CONNECTION, "the demo server could not be started (e.g. a bad --server spec) or went away"),
+    (ExitCode.PROTOCOL, "protocol error: the server answered a step with an unexpected JSON-RPC error"),
+    (ExitCode.INTERRUPTED, _INTERRUPTED + "; a task being followed is cancelled first"),
+)
 
 
 def _version() -> str:
@@ -169,7 +257,7 @@ def _find_tool(tools: Sequence[Tool], name: str) -> Tool:
 
 @click.group(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-    epilog=EXIT_CODES_HELP,
+    epilog=EXIT_CODES_ALL,
 )
 @click.version_option(_version(), "-V", "--version", prog_name="trio-mcp")
 def cli() -> None:
@@ -192,7 +280,7 @@ def cli() -> None:
 # ------------------------------------------------------------------------------------ serve
 
 
-@cli.command(epilog=EXIT_CODES_HELP)
+@cli.command(epilog=EXIT_CODES_SERVE)
 @click.argument("spec", metavar="SERVER")
 @click.option(
     "--ws",
@@ -253,7 +341,8 @@ def serve(
     SERVER is MODULE:OBJECT (imported like `python -m`, from the current directory too) or
     FILE.py:OBJECT; OBJECT defaults to `server`. Logs go to stderr; stdout carries only MCP
     messages. SIGINT (Ctrl-C) or SIGTERM shuts down cleanly: running tasks are cancelled and
-    the command exits 0. Over stdio it also exits when stdin closes.
+    the command exits 0; a second signal during the shutdown stops it at once (exit 130, or
+    143 if the first was SIGTERM). Over stdio it also exits 0 when stdin closes.
 
     \b
     Examples:
@@ -410,7 +499,7 @@ async def _serve_ws(
 # ------------------------------------------------------------------------------------ tools
 
 
-@cli.command(epilog=EXIT_CODES_HELP)
+@cli.command(epilog=EXIT_CODES_CLIENT)
 @click.argument("target")
 @client_options
 def tools(target: str, token: str | None, timeout: int, output: str, protocol: str) -> None:
@@ -448,7 +537,7 @@ def tools(target: str, token: str | None, timeout: int, output: str, protocol: s
 # ------------------------------------------------------------------------------------- call
 
 
-@cli.command(epilog=EXIT_CODES_HELP)
+@cli.command(epilog=EXIT_CODES_CALL)
 @click.argument("target")
 @click.argument("tool_name", metavar="TOOL")
 @click.argument("pairs", metavar="[KEY=VALUE]...", nargs=-1)
@@ -488,8 +577,10 @@ def call(
 
     Each VALUE is read as JSON when it parses (3, true, [1,2], {"a":1}, "quoted"), else as a
     string, then fitted to the tool's inputSchema: a string parameter keeps the text as
-    typed (text=123 is "123"), "3" for a number is 3, yes/no work for booleans. Text content
-    is printed as text and structuredContent as JSON, on stdout.
+    typed (text=123 is "123"), "3" for a number is 3, yes/no work for booleans. Names, required
+    arguments and each value's top-level type are checked here (exit 2); what is inside an
+    array or object, and constraints such as minimum or pattern, are checked by the server.
+    Text content is printed as text and structuredContent as JSON, on stdout.
 
     With --task the call becomes a task: a live progress bar (percentage when the server
     reports a total, a spinner otherwise), the task's status message and the elapsed time
@@ -546,6 +637,24 @@ def call(
     _execute(body)
 
 
+@contextlib.contextmanager
+def _arguments_refused(tool: str) -> Iterator[None]:
+    """A ``tools/call`` answered with error -32602 (invalid params): the server refused the
+    arguments, e.g. a nested value the CLI does not check. Exit 4, with the server's message
+    (which names the field) and where to read the schema."""
+    try:
+        yield
+    except McpError as exc:
+        if exc.code != INVALID_PARAMS:
+            raise
+        raise CliError(
+            ExitCode.PROTOCOL,
+            f"the server refused the arguments of tool {tool!r}: error {exc.code}: {exc.message}",
+            hint="the CLI checks only top-level types; the server checks the rest against the tool's "
+            "inputSchema (see it with `trio-mcp tools TARGET -o json`)",
+        ) from None
+
+
 async def _plain_call(
     client: Client,
     name: str,
@@ -557,11 +666,12 @@ async def _plain_call(
     err = stderr_console()
     if elicitor is not None:
         elicitor.open()
-    if output == "text" and err.is_terminal:
-        with displays.live(err.status(f"calling {escape(name)}…")):
+    with _arguments_refused(name):
+        if output == "text" and err.is_terminal:
+            with displays.live(err.status(f"calling {escape(name)}…")):
+                result = await client.call_tool(name, arguments)
+        else:
             result = await client.call_tool(name, arguments)
-    else:
-        result = await client.call_tool(name, arguments)
     if elicitor is not None:
         await elicitor.withdraw()
     if output == "json":
@@ -581,8 +691,11 @@ async def _outcome(client: Client, task: Task) -> tuple[CallToolResult | None, M
         return None, exc
 
 
-def _report(task: Task, result: CallToolResult | None, error: McpError | None, output: str, tool: str) -> int:
-    """Print how a task ended; return the exit code for it."""
+def _report(
+    task: Task, result: CallToolResult | None, error: McpError | None, output: str, tool: str | None
+) -> int:
+    """Print how a task ended; return the exit code for it. ``tool``: the tool the task runs,
+    None when it is not known (``tasks result``: the task's record does not name its tool)."""
     err = stderr_console()
     if output == "json":
         dump_json(
@@ -593,12 +706,19 @@ def _report(task: Task, result: CallToolResult | None, error: McpError | None, o
             }
         )
     elif result is not None:
-        print_result(result, err=err, tool=tool)
+        print_result(result, err=err, tool=tool, task=task)
     elif error is not None:
         if error.code == TASK_CANCELLED or task.status == TaskStatus.CANCELLED:
             err.print(Text.assemble(("Task cancelled: ", "bold magenta"), task.task_id))
         else:
-            err.print(Text.assemble(("Task failed: ", "bold red"), f"error {error.code}: {error.message}"))
+            err.print(
+                Text.assemble(
+                    ("Task ", "bold red"),
+                    (task.task_id, "cyan"),
+                    (" failed: ", "bold red"),
+                    f"error {error.code}: {error.message}",
+                )
+            )
     elif task.status == TaskStatus.CANCELLED:
         err.print(Text.assemble(("Task cancelled: ", "bold magenta"), task.task_id))
     if task.status == TaskStatus.COMPLETED and result is not None and not result.is_error:
@@ -626,7 +746,8 @@ async def _task_call(
         interrupts=interrupts,
         displays=displays,
     )
-    created = await follower.create(name, arguments, ttl_ms=ttl)
+    with _arguments_refused(name):
+        created = await follower.create(name, arguments, ttl_ms=ttl)
     if isinstance(created, CallToolResult):  # modern era: the server answered at once
         if output == "json":
             dump_json({"task": None, "result": wire(created), "error": None})
@@ -679,15 +800,19 @@ def is_url_target(client: Client) -> bool:
 # ------------------------------------------------------------------------------------ tasks
 
 
-@cli.group(epilog=EXIT_CODES_HELP)
+@cli.group(epilog=EXIT_CODES_TASKS)
 def tasks() -> None:
     """List, inspect, await and cancel tasks on TARGET.
 
-    Tasks outlive one invocation only on a WebSocket server started with a token
-    (`serve --ws HOST:PORT --token TOKEN`), reached with the same --token: the tasks belong
-    to the token. With a stdio TARGET every invocation starts a fresh server, whose task
-    list is empty (this works, but is rarely useful). Without a token a WebSocket server
-    cancels a connection's tasks when it closes.
+    Tasks outlive one invocation only on a server started with a token (`serve --ws
+    HOST:PORT --token TOKEN`, or --http), reached with the same --token: the tasks belong to
+    the token. With a stdio TARGET every invocation starts a fresh server, whose task list is
+    empty (this works, but is rarely useful). Without a token a server cancels a connection's
+    tasks when it closes.
+
+    Task ids are 24 URL-safe base64 characters and may begin with "-": write `--` before
+    one (`tasks get URL -- "$ID"`); options may still follow it (`tasks get URL -- "$ID" -o
+    json`). An id of 8 characters or more that begins with "-" is also taken as the id.
 
     \b
     Examples:
@@ -695,9 +820,9 @@ def tasks() -> None:
       trio-mcp serve examples/demo_server.py:server --ws 127.0.0.1:8765 &
       ID=$(trio-mcp call ws://127.0.0.1:8765 batch_job seconds=60 --task --detach)
       trio-mcp tasks list ws://127.0.0.1:8765
-      trio-mcp tasks get ws://127.0.0.1:8765 $ID
-      trio-mcp tasks result ws://127.0.0.1:8765 $ID
-      trio-mcp tasks cancel ws://127.0.0.1:8765 $ID
+      trio-mcp tasks get ws://127.0.0.1:8765 -- "$ID" -o json
+      trio-mcp tasks result ws://127.0.0.1:8765 -- "$ID"
+      trio-mcp tasks cancel ws://127.0.0.1:8765 -- "$ID"
     """
 
 
@@ -729,33 +854,66 @@ async def _task_request(target: str, coro: Callable[[], Awaitable[Any]]) -> Any:
         ) from None
 
 
-class TaskIdCommand(click.Command):
-    """A command whose TASK_ID may begin with ``-``: task ids are often URL-safe base64
-    (``-X3f...``), which the option parser would otherwise take for an option.
+class TasksCommand(click.Command):
+    """A ``tasks`` subcommand: its TASK_ID may begin with ``-``, and options may follow ``--``.
 
-    A token starting with ``-`` that is not one of the command's options (``-o``, ``-ojson``,
-    ``--token=...``) and is at least 8 characters long is taken as TASK_ID, as if written after
-    ``--``. Shorter unknown tokens stay options, so a typo like ``-x`` is still reported.
+    Task ids are URL-safe base64 (``-qN0w50_pPaSFgMcDT74WyHI``): one in 32 begins with ``-``,
+    which click would take for an option. So, before click parses the command line:
+
+    * A token that begins with ``-``, is not one of the command's options (``-o``, ``-ojson``,
+      ``--token=...``) and is at least 8 characters long is a positional argument (the id). A
+      shorter unknown one stays an option, so that a typo like ``-x`` is still reported.
+    * ``--`` makes the command's remaining positional arguments (TARGET, TASK_ID) the next
+      tokens, taken as they are; what follows them is parsed as options again, so
+      ``tasks get URL -- "$ID" -o json`` works. (With plain click, everything after ``--`` is
+      positional.) A ``--`` after all of them makes the rest positional, as usual.
     """
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if "--" not in args:
-            ids = [arg for arg in args if self._is_task_id(arg)]
-            if ids:
-                args = [arg for arg in args if arg not in ids] + ["--", *ids]
-        return super().parse_args(ctx, args)
+        return super().parse_args(ctx, self.rearrange(ctx, args))
 
-    def _is_task_id(self, arg: str) -> bool:
-        if not arg.startswith("-") or len(arg) < 8:
+    def rearrange(self, ctx: click.Context, args: Sequence[str]) -> list[str]:
+        """The command line with its options first and every positional argument after one ``--``."""
+        params = self.get_params(ctx)
+        wanted = sum(1 for param in params if isinstance(param, click.Argument))
+        takes_value = {
+            opt
+            for param in params
+            if isinstance(param, click.Option) and not param.is_flag and not param.count
+            for opt in param.opts
+        }
+        options: list[str] = []
+        positional: list[str] = []
+        rest = list(args)
+        while rest:
+            arg = rest.pop(0)
+            if arg == "--":
+                if len(positional) >= wanted:  # nothing left to fill: the rest is positional
+                    positional.extend(rest)
+                    break
+                taken = rest[: max(0, wanted - len(positional))]
+                positional.extend(taken)
+                del rest[: len(taken)]
+            elif arg.startswith("-") and arg != "-" and not self._is_task_id(params, arg):
+                options.append(arg)
+                if arg in takes_value and rest:
+                    options.append(rest.pop(0))
+            else:
+                positional.append(arg)
+        return [*options, "--", *positional]
+
+    @staticmethod
+    def _is_task_id(params: Sequence[click.Parameter], arg: str) -> bool:
+        if len(arg) < 8:
             return False
-        options = {opt for param in self.params for opt in (*param.opts, *param.secondary_opts)}
+        options = {opt for param in params for opt in (*param.opts, *param.secondary_opts)}
         if arg.startswith("--"):
             return arg.split("=", 1)[0] not in options
         short_with_value = {opt for opt in options if len(opt) == 2}
         return arg not in options and not (arg[:2] in short_with_value and arg[2:] in ("text", "json"))
 
 
-@tasks.command("list", epilog=EXIT_CODES_HELP)
+@tasks.command("list", cls=TasksCommand, epilog=EXIT_CODES_CLIENT)
 @click.argument("target")
 @client_options
 def tasks_list(target: str, token: str | None, timeout: int, output: str, protocol: str) -> None:
@@ -784,7 +942,7 @@ def tasks_list(target: str, token: str | None, timeout: int, output: str, protoc
     _execute(body)
 
 
-@tasks.command("get", cls=TaskIdCommand, epilog=EXIT_CODES_HELP)
+@tasks.command("get", cls=TasksCommand, epilog=EXIT_CODES_TASKS_GET)
 @click.argument("target")
 @click.argument("task_id")
 @client_options
@@ -792,8 +950,9 @@ def tasks_get(target: str, task_id: str, token: str | None, timeout: int, output
     """Show the status of task TASK_ID (tasks/get).
 
     \b
-    Example:
-      trio-mcp tasks get ws://127.0.0.1:8765 3f2a9c1e-... --token s3cret
+    Examples:
+      trio-mcp tasks get ws://127.0.0.1:8765 2qKGxsZK_32RO34wml0V3KiM --token s3cret
+      trio-mcp tasks get ws://127.0.0.1:8765 -- -qN0w50_pPaSFgMcDT74WyHI -o json --token s3cret
     """
 
     async def body(interrupts: Interrupts) -> int:
@@ -811,7 +970,7 @@ def tasks_get(target: str, task_id: str, token: str | None, timeout: int, output
     _execute(body)
 
 
-@tasks.command("result", cls=TaskIdCommand, epilog=EXIT_CODES_HELP)
+@tasks.command("result", cls=TasksCommand, epilog=EXIT_CODES_TASKS_RESULT)
 @click.argument("target")
 @click.argument("task_id")
 @client_options
@@ -824,8 +983,9 @@ def tasks_result(
     130) but does not cancel the task: use `tasks cancel` for that.
 
     \b
-    Example:
-      trio-mcp tasks result ws://127.0.0.1:8765 3f2a9c1e-... --token s3cret
+    Examples:
+      trio-mcp tasks result ws://127.0.0.1:8765 2qKGxsZK_32RO34wml0V3KiM --token s3cret
+      trio-mcp tasks result ws://127.0.0.1:8765 -- "$ID" -o json
     """
 
     async def body(interrupts: Interrupts) -> int:
@@ -843,12 +1003,12 @@ def tasks_result(
             final: Task = await _task_request(target, lambda: client.get_task(task_id))
         if error is not None and final.status not in (TaskStatus.FAILED, TaskStatus.CANCELLED):
             raise CliError(ExitCode.PROTOCOL, f"the server answered error {error.code}: {error.message}")
-        return _report(final, result, error, output, task_id)
+        return _report(final, result, error, output, None)
 
     _execute(body)
 
 
-@tasks.command("cancel", cls=TaskIdCommand, epilog=EXIT_CODES_HELP)
+@tasks.command("cancel", cls=TasksCommand, epilog=EXIT_CODES_TASKS_CANCEL)
 @click.argument("target")
 @click.argument("task_id")
 @client_options
@@ -860,8 +1020,9 @@ def tasks_cancel(
     A task that already ended cannot be cancelled: the server answers an error (exit 4).
 
     \b
-    Example:
-      trio-mcp tasks cancel ws://127.0.0.1:8765 3f2a9c1e-... --token s3cret
+    Examples:
+      trio-mcp tasks cancel ws://127.0.0.1:8765 2qKGxsZK_32RO34wml0V3KiM --token s3cret
+      trio-mcp tasks cancel ws://127.0.0.1:8765 -- "$ID"
     """
 
     async def body(interrupts: Interrupts) -> int:
@@ -894,7 +1055,7 @@ def default_demo_server() -> str:
     return "trio_mcp.cli.demo_server:server"
 
 
-@cli.command(epilog=EXIT_CODES_HELP)
+@cli.command(epilog=EXIT_CODES_DEMO)
 @click.option(
     "--server",
     "spec",
@@ -909,7 +1070,8 @@ def demo(spec: str | None, pace: float) -> None:
     Starts `trio-mcp serve SERVER` as a child process, lists its tools, then creates a task
     and follows it with a progress bar, awaits another with tasks/result, cancels a third
     mid-flight, shows a failing task and the taskSupport rules, answers a task's question
-    (elicitation) with a scripted answer, and lists the tasks.
+    (elicitation) with a scripted answer, lists the tasks, and shows MCP 2026-07-28 (the server
+    decides which calls become tasks).
 
     \b
     Examples:

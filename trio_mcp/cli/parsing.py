@@ -358,11 +358,12 @@ _JSON_TYPES: dict[str, Any] = {
 
 def json_type_matches(value: Any, schema: Any) -> bool:
     """Whether a JSON value has the type ``schema`` asks for (top-level ``type``, ``anyOf``,
-    ``oneOf`` and ``enum`` only; anything more is left to the server)."""
+    ``oneOf``, ``enum`` and ``const`` only; anything more is left to the server)."""
     if not isinstance(schema, Mapping):
         return True
-    if "enum" in schema:
-        return any(type(value) is type(choice) and value == choice for choice in schema["enum"])
+    if "enum" in schema or "const" in schema:
+        choices = list(schema["enum"]) if "enum" in schema else [schema["const"]]
+        return any(type(value) is type(choice) and value == choice for choice in choices)
     for key in ("anyOf", "oneOf"):
         if isinstance(schema.get(key), list):
             return any(json_type_matches(value, branch) for branch in schema[key])

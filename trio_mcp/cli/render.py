@@ -283,12 +283,24 @@ def result_lines(result: CallToolResult) -> list[str]:
     return lines
 
 
-def print_result(result: CallToolResult, *, err: Console, tool: str) -> None:
-    """A successful result to stdout; an ``isError`` one to stderr, marked as an error."""
+def print_result(
+    result: CallToolResult, *, err: Console, tool: str | None = None, task: Task | None = None
+) -> None:
+    """A successful result to stdout; an ``isError`` one to stderr, marked as an error.
+
+    The error names ``tool`` when it is known (``call``); else the ``task`` it is the result
+    of (``tasks result``: ``tasks/get`` does not say which tool a task runs).
+    """
     lines = result_lines(result)
     if result.is_error:
         message = "\n".join(lines) or "(no message)"
-        err.print(Text.assemble(("Error from tool ", "bold red"), (tool, "bold"), ": ", message))
+        if tool is not None:
+            head = Text.assemble(("Error from tool ", "bold red"), (tool, "bold"), ": ")
+        elif task is not None:
+            head = Text.assemble(("Task ", "bold red"), (task.task_id, "cyan"), (" failed: ", "bold red"))
+        else:
+            head = Text("Error from the tool: ", style="bold red")
+        err.print(Text.assemble(head, message))
         return
     if lines:
         sys.stdout.write("\n".join(lines) + "\n")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import http
 import math
 import shlex
 import signal
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -18,7 +20,7 @@ from ..protocol.versions import LATEST_VERSION
 from ..transports.stdio import SubprocessTransport, open_subprocess_transport
 from .errors import CliError, ExitCode
 
-__all__ = ["Interrupts", "flatten", "is_url", "open_target", "run_trio", "unwrap"]
+__all__ = ["Interrupts", "flatten", "is_url", "open_target", "refusal_error", "run_trio", "unwrap"]
 
 SHUTDOWN_GRACE = 2.0
 """Seconds a spawned stdio server gets after its stdin closes (and again after SIGTERM)."""
@@ -93,7 +95,58 @@ def as_cli_error(exc: BaseException) -> CliError | None:
         return CliError(ExitCode.PROTOCOL, f"the server answered error {exc.code}: {exc.message}")
     if isinstance(exc, ConnectionClosed | trio.BrokenResourceError | trio.ClosedResourceError):
         return CliError(ExitCode.CONNECTION, "the connection to the server was lost")
+    websocket = sys.modules.get("trio_websocket")  # imported only if a ws:// TARGET was used
+    if websocket is not None and isinstance(exc, websocket.ConnectionRejected):  # raised past _open_websocket
+        return refusal_error(
+            "the server", exc.status_code, token=None, detail=_body_text(exc.body), token_known=False
+        )
     return None
+
+
+def _body_text(body: object) -> str | None:
+    """The first line of a refusal's body, for the user (None if there is none)."""
+    if not isinstance(body, bytes | str):
+        return None
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    lines = text.strip().splitlines()
+    return lines[0][:200] if lines else None
+
+
+def refusal_error(
+    where: str, status: int, *, token: str | None, detail: str | None = None, token_known: bool = True
+) -> CliError:
+    """The error for a server that refused the connection with HTTP ``status`` (exit 3), in one
+    line: ``ws://h:p/ refused the connection: 401 Unauthorized (a bearer token is required: ...)``.
+    ``token``: the one sent (None: none; ``token_known=False``: not known whether one was sent).
+    ``detail``: what the server said (its body, or its JSON-RPC error's message), if anything."""
+    try:
+        phrase = http.HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    if detail and phrase and detail.lower().startswith(phrase.lower() + ":"):
+        detail = detail[len(phrase) + 1 :].strip()  # "Forbidden: Origin not allowed"
+    if status == 401 and not token_known:
+        why = "a valid bearer token is required: check --token or TRIO_MCP_TOKEN"
+    elif status == 401:
+        why = (
+            "a bearer token is required: pass --token TOKEN or set TRIO_MCP_TOKEN"
+            if token is None
+            else "the token was not accepted: check --token or TRIO_MCP_TOKEN"
+        )
+    elif status == 403:
+        why = detail or "this client is not allowed: its Origin, or its token's scope"
+    elif status == 404:
+        why = "nothing is served at this path: `serve --http` serves /mcp"
+    elif status == 400 and not detail:
+        why = (
+            "is it an MCP endpoint? `serve --ws` serves ws://HOST:PORT/, `serve --http` http://HOST:PORT/mcp"
+        )
+    else:
+        why = detail or ""
+    head = f"{status} {phrase}".strip()
+    return CliError(
+        ExitCode.CONNECTION, f"{where} refused the connection: {head}" + (f" ({why})" if why else "")
+    )
 
 
 def run_trio(
@@ -168,8 +221,17 @@ async def _spawn(argv: list[str]) -> AsyncIterator[SubprocessTransport]:
 
 
 async def _handshake(
-    client: Client, target: str, limit: float, *, process: trio.Process | None, protocol: str
+    client: Client,
+    target: str,
+    limit: float,
+    *,
+    process: trio.Process | None,
+    protocol: str,
+    refusal: Callable[[], tuple[int, str] | None] | None = None,
+    token: str | None = None,
 ) -> None:
+    """``client.open(protocol)`` within ``limit`` seconds; failures become exit-3 errors.
+    ``refusal``: the HTTP refusal behind a JSON-RPC error, if any (HTTP targets)."""
     try:
         with trio.fail_after(limit):
             await client.open(protocol)
@@ -192,6 +254,10 @@ async def _handshake(
             hint="see its error output above; run the command alone to check it starts",
         ) from None
     except McpError as exc:
+        refused = refusal() if refusal is not None else None
+        if refused is not None:
+            status, detail = refused
+            raise refusal_error(target, status, token=token, detail=detail or None) from None
         raise CliError(
             ExitCode.CONNECTION, f"{target!r} refused the MCP handshake: error {exc.code}: {exc.message}"
         ) from None
@@ -254,7 +320,15 @@ async def _open_http(
             open_http_transport(url.strip(), token=token, connect_timeout=connect_timeout) as transport,
             connect(transport, initialize=False, on_elicit=on_elicit) as client,
         ):
-            await _handshake(client, url, connect_timeout, process=None, protocol=protocol)
+            await _handshake(
+                client,
+                url,
+                connect_timeout,
+                process=None,
+                protocol=protocol,
+                refusal=lambda: transport.refusal,
+                token=token,
+            )
             entered = True
             yield client
     except ValueError as exc:
@@ -293,19 +367,7 @@ async def _open_websocket(
     except trio_websocket.ConnectionRejected as exc:
         if entered:  # pragma: no cover - only raised while connecting
             raise
-        status = exc.status_code
-        hints: dict[int, str] = {
-            401: "the server requires a token: pass --token TOKEN (or set TRIO_MCP_TOKEN)"
-            if token is None
-            else "the token was not accepted",
-            403: "the server refused our Origin",
-            400: "the server refused the WebSocket subprotocol 'mcp'",
-        }
-        raise CliError(
-            ExitCode.CONNECTION,
-            f"{url} refused the connection: HTTP {status}",
-            hint=hints.get(status),
-        ) from None
+        raise refusal_error(url, exc.status_code, token=token, detail=_body_text(exc.body)) from None
     except trio_websocket.HandshakeError as exc:
         if entered:  # pragma: no cover - only raised while connecting
             raise

@@ -91,6 +91,11 @@ class HttpTransport:
         self._modern_calls: dict[jsonrpc.RequestId, trio.CancelScope] = {}
         self._get_started = False
         self.closed = False
+        self.refusal: tuple[int, str] | None = None
+        """The HTTP status and the server's message (or body) if the last response refused its
+        request at the HTTP level (4xx/5xx without a JSON-RPC response to it: 401, 403, 404, ...),
+        else None. Such a refusal reaches the client as a JSON-RPC error; this tells a caller
+        (the CLI, after a failed handshake) what it really was."""
 
     # -- Transport ------------------------------------------------------------------------
     async def receive(self) -> bytes:
@@ -225,6 +230,7 @@ class HttpTransport:
     ) -> None:
         status = response.status_code
         content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        self.refusal = None
         if status == 202:
             return
         if status == 404 and not modern and HEADER_SESSION_ID in response.request.headers:
@@ -252,12 +258,17 @@ class HttpTransport:
                 if "error" in obj and obj.get("id") is None and request_id is not None:
                     obj["id"] = request_id  # an HTTP-level refusal of this request
                     body = json.dumps(obj).encode()
+                    if status >= 400:
+                        error = obj["error"] if isinstance(obj["error"], dict) else {}
+                        self.refusal = (status, str(error.get("message") or response.reason_phrase))
                 if initialize and status == 200:
                     self.session_id = response.headers.get(HEADER_SESSION_ID)
                     self._note_version(obj)
                 await self._feed(body)
                 return
         text = body.decode("utf-8", errors="replace").strip()[:200]
+        if status >= 400:
+            self.refusal = (status, text)
         await self._fail(request_id, f"HTTP {status} {response.reason_phrase}: {text}".rstrip(": "))
 
     def _note_version(self, message: Any) -> None:
