@@ -45,7 +45,11 @@ test: lint typecheck conformance pytest
 demo: $(STAMP)
 	$(BIN)/trio-mcp demo
 
+# The benchmarks (docs/performance.md). Their TypeScript SDK peer needs Node 22 and the pinned
+# SDK, installed once into .cache/bench/ (needs npm the first time; benchmarks/peers/node.py,
+# sharing scripts/node_setup.py with make conformance); `python -m benchmarks --no-ts` skips it.
 bench: $(STAMP)
+	$(BIN)/python -m benchmarks.peers.node
 	$(BIN)/python -m benchmarks
 
 clean:

@@ -2,12 +2,15 @@
 
 Examples::
 
-    python -m benchmarks                      # the default run (about 3 minutes on 2 cores)
+    python -m benchmarks                      # the default run (about 5 minutes on 2 cores)
     python -m benchmarks --smoke --json out.json
-    python -m benchmarks --quick              # no L=100000 point, no churn (about 2 minutes)
+    python -m benchmarks --quick              # no L=100000 point, no churn (about 4 minutes)
     python -m benchmarks --no-churn --scales 250,10000
     python -m benchmarks --no-ws              # stdio only
     python -m benchmarks --no-churn --no-ws --scales 250,10000 --no-http   # stores and hardening
+    python -m benchmarks --no-stores --no-http --no-ws --no-hardening --no-churn --scales 250,10000
+                                              # peers, workloads 1-6 at two L, memory (~2 min)
+    python -m benchmarks --no-peers           # without the TypeScript SDK and bare-Trio peers
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import hardening, report, variants, workloads
+from . import hardening, memory, report, variants, workloads
+from .peers import compare, node
 from .workloads import SMOKE, Sizes
 
 
@@ -47,6 +51,12 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Sizes]:
     parser.add_argument("--no-stores", action="store_true", help="skip the SQLite/Redis store workload")
     parser.add_argument("--no-http", action="store_true", help="skip the Streamable HTTP workload")
     parser.add_argument("--no-hardening", action="store_true", help="skip the hardening workloads")
+    parser.add_argument(
+        "--no-peers", action="store_true", help="skip the TypeScript SDK and bare-Trio peers (workload 0)"
+    )
+    parser.add_argument("--no-ts", action="store_true", help="skip only the TypeScript SDK peer")
+    parser.add_argument("--peer-repeats", type=int, help="interleaved runs of every peer (medians of them)")
+    parser.add_argument("--no-breakdown", action="store_true", help="skip the in-process memory breakdown")
     parser.add_argument("-n", type=int, help="task-augmented echo calls for create/result")
     parser.add_argument("--scales", type=_ints, help="comma-separated numbers L of live tasks")
     parser.add_argument("--main-scale", type=int, help="the L at which targets are judged")
@@ -76,6 +86,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Sizes]:
         "churn_tasks",
         "churn_chunk",
         "churn_ttl_ms",
+        "peer_repeats",
     ):
         value = getattr(args, name)
         if value is not None:
@@ -85,14 +96,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Sizes]:
         sizes.churn_tasks = 0
     if args.no_churn:
         sizes.churn_tasks = 0
-    if args.no_ws:
-        sizes.ws = False
-    if args.no_stores:
-        sizes.stores = False
-    if args.no_http:
-        sizes.http = False
-    if args.no_hardening:
-        sizes.hardening = False
+    for part in ("ws", "stores", "http", "hardening", "peers", "ts", "breakdown"):  # --no-PART
+        if getattr(args, f"no_{part}"):
+            setattr(sizes, part, False)
     sizes.scales = sorted(set(sizes.scales))
     return args, sizes
 
@@ -129,10 +135,15 @@ def run(sizes: Sizes, argv: Sequence[str]) -> dict[str, Any]:
         "machine": machine(),
         "config": workloads.sizes_dict(sizes),
     }
+    w: dict[str, Any] = {}
+    if sizes.peers:
+        peers = ", ".join(compare.LABELS[name] for name in compare.peer_names(sizes.ts))
+        log(f"peers at L={sizes.scale_for_targets()}: {peers}; {sizes.peer_repeats} interleaved runs each")
+        w["peers"] = compare.compare(sizes, log)
     raw = workloads.floor()
     try:
         log(f"create/result: N={sizes.n}, window {sizes.window}")
-        w: dict[str, Any] = workloads.create_and_result(sizes, raw, log)
+        w.update(workloads.create_and_result(sizes, raw, log))
         log(f"get/cancel/memory at L = {', '.join(map(str, sizes.scales))}")
         points = [workloads.at_scale(live, sizes, raw, log) for live in sizes.scales]
     finally:
@@ -155,6 +166,7 @@ def run(sizes: Sizes, argv: Sequence[str]) -> dict[str, Any]:
         "get_cpu_ratio": _cpu_growth(top["get"], low["get"]),
         "cancel_cpu_ratio": _cpu_growth(top["cancel"], low["cancel"]),
         "points": points,
+        "flat": _flatness(points),
     }
     if sizes.ws:
         log(f"WebSocket: create N={sizes.n}, get/cancel at L={main_l}")
@@ -171,11 +183,28 @@ def run(sizes: Sizes, argv: Sequence[str]) -> dict[str, Any]:
     if sizes.hardening:
         log("hardening: a client that never reads, a waiter flood, disconnect churn")
         w["hardening"] = hardening.hardening(sizes, log)
+    if sizes.breakdown:
+        traced = min(main_l, sizes.breakdown_trace_live)
+        log(f"memory breakdown in-process at L={main_l} (traced at L={traced})")
+        w["memory_breakdown"] = memory.breakdown(main_l, trace_live=sizes.breakdown_trace_live)
     results["workloads"] = w
     results["targets"] = report.targets(results)
     results["machine"]["loadavg_end"] = list(os.getloadavg())
     results["seconds"] = round(time.monotonic() - started, 1)
     return results
+
+
+def _flatness(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """Server CPU per request at the largest L over that at the smallest (1.0 = flat), for get,
+    cancel and the creates of the sleep tasks."""
+    low, top = points[0], points[-1]
+    return {
+        "from_L": low["L"],
+        "to_L": top["L"],
+        "get_cpu_ratio": _cpu_growth(top["get"], low["get"]),
+        "cancel_cpu_ratio": _cpu_growth(top["cancel"], low["cancel"]),
+        "create_cpu_ratio": _cpu_growth({"server": top["create_sleep"]}, {"server": low["create_sleep"]}),
+    }
 
 
 def _cpu_growth(top: dict[str, Any], low: dict[str, Any]) -> float:
@@ -187,6 +216,12 @@ def _cpu_growth(top: dict[str, Any], low: dict[str, Any]) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args, sizes = parse_args(argv)
+    if sizes.peers and sizes.ts:
+        try:
+            node.install(say=lambda line: print(line, file=sys.stderr, flush=True))
+        except node.SetupError as exc:
+            print(f"benchmarks: the TypeScript SDK peer: {exc}\n(--no-ts skips it)", file=sys.stderr)
+            return 2
     results = run(sizes, argv)
     m = results["machine"]
     print(f"trio_mcp benchmarks: {results['command']}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 FLOOR_RATIO = 0.5
@@ -10,6 +11,14 @@ RSS_PER_TASK = 4 * 1024
 CANCEL_P99_MS = 5.0
 CHURN_RSS_TOLERANCE = 0.10
 CHURN_RATE_TOLERANCE = 0.2
+PEER_LIMITS = {"ts-sdk": 1.0, "bare-trio": 1.3}
+"""Headline targets: trio-mcp's server CPU per request at most this many times the peer's."""
+PEER_RSS_LIMITS = {"ts-sdk": 1.0}
+"""And its RSS per live task at most this many times the peer's."""
+FLAT_TOLERANCE = 0.2
+"""Per-request cost from the smallest to the largest L: at most this much growth."""
+PEER_LABELS = {"trio-mcp": "trio-mcp", "ts-sdk": "TS SDK", "bare-trio": "bare Trio", "raw-floor": "raw floor"}
+PEER_OPS = ("create", "result", "get", "cancel")
 
 
 def _point(results: dict[str, Any], live: int) -> dict[str, Any]:
@@ -29,6 +38,39 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
     def add(name: str, value: float, goal: str, ok: bool) -> None:
         out.append({"target": name, "value": value, "goal": goal, "result": "PASS" if ok else "MISS"})
+
+    peers = w.get("peers")
+    if peers is not None:
+        for peer, limit in PEER_LIMITS.items():
+            if peer not in peers["ratios"]:
+                continue
+            for op in PEER_OPS:
+                ratio = peers["ratios"][peer][op]
+                add(
+                    f"{op}: CPU/request trio-mcp / {PEER_LABELS[peer]} (L={peers['L']})",
+                    ratio,
+                    f"<= {limit}x",
+                    ratio <= limit,
+                )
+        for peer, limit in PEER_RSS_LIMITS.items():
+            if peer in peers["ratios"]:
+                ratio = peers["ratios"][peer]["rss_bytes_per_task"]
+                add(
+                    f"RSS/live task trio-mcp / {PEER_LABELS[peer]} (L={peers['L']})",
+                    ratio,
+                    f"<= {limit}x",
+                    ratio <= limit,
+                )
+    flat = w["scaling"].get("flat")
+    if flat is not None and flat["to_L"] != flat["from_L"]:
+        for kind in ("get", "cancel", "create"):
+            growth = flat[f"{kind}_cpu_ratio"]
+            add(
+                f"{kind} CPU/request L={flat['to_L']} / L={flat['from_L']}",
+                growth,
+                f"<= {1 + FLAT_TOLERANCE}",
+                growth <= 1 + FLAT_TOLERANCE,
+            )
 
     for name, entry in (
         ("create rate vs floor", w["create"]),
@@ -143,6 +185,9 @@ def table(results: dict[str, Any]) -> str:
     w = results["workloads"]
     head = _head("server", "floor")
     rows: list[list[str]] = []
+    before: list[str] = []
+    if "peers" in w:
+        before = [*peers_table(w["peers"]), ""]
 
     def add(name: str, size: str, entry: dict[str, Any]) -> None:
         rows.append(
@@ -179,7 +224,7 @@ def table(results: dict[str, Any]) -> str:
                 else "",
             ]
         )
-    lines = _aligned(head, rows)
+    lines = before + _aligned(head, rows)
 
     lines.append("")
     lines.append("5 memory: server RSS per idle live sleep task")
@@ -196,6 +241,13 @@ def table(results: dict[str, Any]) -> str:
         f"cancel rate x{s['cancel_rate_ratio']:.3f} (1.0 = no per-request cost growth); "
         f"server CPU per request: get x{s['get_cpu_ratio']:.3f}, cancel x{s['cancel_cpu_ratio']:.3f}"
     )
+    flat = s.get("flat")
+    if flat is not None and flat["to_L"] != s["main_L"]:
+        lines.append(
+            f"  flatness L={flat['from_L']} -> L={flat['to_L']}: server CPU per request get "
+            f"x{flat['get_cpu_ratio']:.3f}, cancel x{flat['cancel_cpu_ratio']:.3f}, "
+            f"create (sleep) x{flat['create_cpu_ratio']:.3f}"
+        )
     ws = w.get("ws")
     if ws is not None:
         lines.append("")
@@ -233,6 +285,11 @@ def table(results: dict[str, Any]) -> str:
     if "hardening" in w:
         lines.append("")
         lines += hardening_lines(w["hardening"])
+    if "memory_breakdown" in w:
+        lines.append("")
+        lines += [
+            "12 " + line if i == 0 else line for i, line in enumerate(memory_lines(w["memory_breakdown"]))
+        ]
     lines.append("")
     lines.append("targets (reported, never enforced)")
     tw = max(len(t["target"]) for t in results["targets"])
@@ -409,4 +466,62 @@ def hardening_lines(hd: dict[str, Any]) -> list[str]:
         f"{left['records']} records; RSS {c['rss_before_kib'] / 1024:.1f} -> "
         f"{c['rss_after_kib'] / 1024:.1f} MiB (+{c['rss_growth_mib']:.1f} MiB)"
     )
+    return lines
+
+
+def memory_lines(breakdown: dict[str, Any]) -> list[str]:
+    from .memory import lines
+
+    return lines(breakdown, top=12)
+
+
+def peers_table(p: dict[str, Any]) -> list[str]:
+    """Workload 0, the headline: server CPU per request and RSS per live task of every peer,
+    medians of the interleaved runs, with trio-mcp's ratios to the TS SDK and bare Trio."""
+    names: list[str] = p["peers"]
+    med = p["median"]
+    judged = [peer for peer in PEER_LIMITS if peer in names]
+    head = ["op", *(PEER_LABELS[n] for n in names)]
+    head += [f"/ {PEER_LABELS[n]}" for n in names[1:]]
+    head += [f"<= {PEER_LIMITS[n]}x {PEER_LABELS[n]}" for n in judged]
+    rows: list[list[str]] = []
+    for op in PEER_OPS:
+        row = [op, *(f"{med[n]['cpu_us_per_request'][op]:.1f} us" for n in names)]
+        row += [f"{p['ratios'][n][op]:.3f}" for n in names[1:]]
+        row += ["PASS" if p["ratios"][n][op] <= PEER_LIMITS[n] else "MISS" for n in judged]
+        rows.append(row)
+    row = ["RSS/live task", *(f"{med[n]['rss_bytes_per_task'] / 1024:.2f} KiB" for n in names)]
+    row += [f"{p['ratios'][n]['rss_bytes_per_task']:.3f}" if n != "raw-floor" else "" for n in names[1:]]
+    row += [
+        ("PASS" if p["ratios"][n]["rss_bytes_per_task"] <= PEER_RSS_LIMITS[n] else "MISS")
+        if n in PEER_RSS_LIMITS
+        else ""
+        for n in judged
+    ]
+    rows.append(row)
+    versions = p.get("versions") or {}
+    built = ""
+    if versions:
+        built = f"; TS SDK {versions.get('@modelcontextprotocol/sdk')} on Node {versions.get('node')}"
+    lines = [
+        f"0 headline: server CPU per request (whole process, /proc/PID/task/*/schedstat), median of "
+        f"{p['repeats']} interleaved runs, stdio, window {p['window']}; create/result N={p['n']:,}, "
+        f"get/cancel/RSS at L={p['L']:,} live tasks{built}"
+    ]
+    lines += _aligned(head, rows)
+    for n in names:
+        runs = med[n]["cpu_us_per_request_runs"]
+        spread = ", ".join(f"{op} " + "/".join(f"{v:.0f}" for v in runs[op]) for op in PEER_OPS)
+        rss = "/".join(f"{v / 1024:.2f}" for v in med[n]["rss_bytes_per_task_runs"])
+        rates = ", ".join(f"{op} {med[n]['rate'][op]:,.0f}/s" for op in PEER_OPS)
+        lines.append(f"  {PEER_LABELS[n]:9} runs: {spread} us; RSS {rss} KiB/task; median rates {rates}")
+    if "ts-sdk" in names:
+        main = {
+            op: statistics.median(r[op]["main_thread_cpu_us_per_request"] for r in p["runs"]["ts-sdk"])
+            for op in PEER_OPS
+        }
+        shown = ", ".join(f"{op} {main[op]:.1f}" for op in PEER_OPS)
+        lines.append(
+            f"  TS SDK, main thread only (the rest is V8's helper threads: GC, compilers): {shown} us"
+        )
     return lines

@@ -92,6 +92,17 @@ class Sizes:
     """Lower the server's write timeout (smoke runs only; None: the 30 s default)."""
     non_reader_seconds: float = 60.0
     """Give up on a non-reading client the server has not disconnected after this long."""
+    peers: bool = True
+    """Workload 0, the headline: the TypeScript SDK and bare-Trio peers beside trio-mcp and the
+    raw floor at the main L (``benchmarks/peers/compare.py``)."""
+    ts: bool = True
+    """Include the TypeScript SDK peer (Node 22 and the SDK in .cache/bench/, installed once)."""
+    peer_repeats: int = 3
+    """Interleaved runs of every peer; the figures are their medians."""
+    breakdown: bool = True
+    """Workload 12: where a live task's memory goes, in-process (``benchmarks/memory.py``)."""
+    breakdown_trace_live: int = 2_000
+    """Tasks in the breakdown's traced (tracemalloc) round."""
 
     def scale_for_targets(self) -> int:
         return self.main_scale if self.main_scale in self.scales else max(self.scales)
@@ -127,6 +138,8 @@ SMOKE = Sizes(
     max_outbound_bytes=256 * 1024,
     write_timeout=2.0,
     non_reader_seconds=15.0,
+    peer_repeats=1,
+    breakdown_trace_live=200,
 )
 
 

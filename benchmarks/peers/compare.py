@@ -1,0 +1,167 @@
+"""Workload 0, the headline: trio-mcp beside the TypeScript SDK, a bare-Trio floor and the raw floor.
+
+Four peers serve the same two tools over stdio and get the same request patterns from the same
+load client (``benchmarks/client.py``, window W):
+
+* ``trio-mcp``: ``benchmarks/server.py``, the server under test;
+* ``ts-sdk``: ``benchmarks/peers/ts_tasks_server.mjs``, the official TypeScript SDK (pinned in
+  ``benchmarks/peers/node.py``) with its in-memory task store, on Node 22;
+* ``bare-trio``: ``benchmarks/trio_floor.py``, the same semantics in bare Trio (spawn, dict,
+  cancel scope, event): what the semantics cost in Python and Trio without a runtime;
+* ``raw-floor``: ``benchmarks/floor.py``, fixed answers and no state: the load client's ceiling.
+
+One *run* of a peer is two fresh processes, as in workloads 1 to 5: (a) N task-augmented
+``echo`` creates, then ``tasks/result`` for each (``timed_creates``); (b) L idle ``sleep``
+tasks: RSS before and after, ``tasks/get`` (at least ``get_min``), ``tasks/cancel`` in rounds
+(``ScaleRuns.measure``). Create and result bytes are the same for every peer; get, cancel and
+result carry each peer's own task ids (the TypeScript SDK's are 32 characters, trio-mcp's 24).
+
+Runs are interleaved: each repeat runs every peer once, the order rotated by one peer per
+repeat, and each figure is the median over the repeats. The headline figure is the server's CPU
+per request: the whole process's CPU time over the timed run (the sum of
+``/proc/PID/task/*/schedstat``, so that Node's helper threads count), divided by the requests.
+The main thread's share is kept in the JSON as ``main_thread_cpu_us_per_request``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..client import Request, RunResult
+from ..variants import cpu_between, process_cpu
+from ..workloads import BENCH_DIR, FLOOR_SCRIPT, SERVER_SCRIPT, ScaleRuns, Sizes, Target, by_id, timed_creates
+from . import node
+
+TRIO_FLOOR_SCRIPT = BENCH_DIR / "trio_floor.py"
+LABELS = {"trio-mcp": "trio-mcp", "ts-sdk": "TS SDK", "bare-trio": "bare Trio", "raw-floor": "raw floor"}
+OPS = ("create", "result", "get", "cancel")
+
+
+def peer_names(ts: bool) -> list[str]:
+    return [name for name in LABELS if ts or name != "ts-sdk"]
+
+
+def peer_argv(name: str) -> list[str]:
+    if name == "trio-mcp":
+        return [sys.executable, str(SERVER_SCRIPT)]
+    if name == "ts-sdk":
+        return node.command()
+    if name == "bare-trio":
+        return [sys.executable, str(TRIO_FLOOR_SCRIPT)]
+    if name == "raw-floor":
+        return [sys.executable, str(FLOOR_SCRIPT)]
+    raise ValueError(f"unknown peer {name!r}")
+
+
+class PeerTarget(Target):
+    """A peer under load; its CPU per run is the whole process's (every thread)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(peer_argv(name), record_gc=name == "trio-mcp")
+        self.name = name
+        self.main_cpu: dict[tuple[float, float], float] = {}
+
+    def run(self, requests: Sequence[Request], window: int) -> RunResult:
+        pid = self.client.pid
+        before = process_cpu(pid)
+        run = self.client.run(requests, window)
+        self.main_cpu[run.windows[0]] = run.peer_cpu
+        run.peer_cpu = cpu_between(before, process_cpu(pid))
+        return run
+
+    def stat(self, run: RunResult) -> dict[str, Any]:
+        data = super().stat(run)
+        main = sum(self.main_cpu.get(window, 0.0) for window in run.windows)
+        data["main_thread_cpu_us_per_request"] = round(main / run.count * 1e6, 2) if run.count else 0.0
+        return data
+
+
+def one_run(name: str, sizes: Sizes) -> dict[str, Any]:
+    """One run of one peer: create and result (N), then get, cancel and memory at the main L."""
+    w = sizes.window
+    target = PeerTarget(name)
+    try:
+        created, ids = timed_creates(target, sizes)
+        target.client.ping()
+        target.client.settle(min(sizes.settle, 0.5))  # every echo has finished
+        results = target.run(by_id("tasks/result", ids), w)
+        if results.errors:
+            raise RuntimeError(f"{name}: tasks/result failed: {next(iter(results.errors.values()))}")
+        bad = [r for r in results.results if r["content"][0]["text"] != "hello"]
+        if bad:
+            raise RuntimeError(f"{name}: tasks/result returned a wrong result: {bad[0]}")
+    finally:
+        target.close()
+    out: dict[str, Any] = {"create": target.stat(created), "result": target.stat(results)}
+    live = sizes.scale_for_targets()
+    target = PeerTarget(name)
+    try:
+        runs = ScaleRuns.measure(target, live, sizes)
+    finally:
+        target.close()
+    out["get"] = target.stat(runs.got)
+    out["cancel"] = target.stat(runs.cancelled)
+    out["cancel_one_at_a_time"] = target.stat(runs.probe)
+    out["create_sleep"] = target.stat(runs.created)
+    out["memory"] = runs.memory()
+    return out
+
+
+def _median(values: Sequence[float]) -> float:
+    return round(statistics.median(values), 2) if values else 0.0
+
+
+def _ratio(a: float, b: float) -> float:
+    return round(a / b, 4) if b else 0.0
+
+
+def compare(sizes: Sizes, log: Callable[[str], None]) -> dict[str, Any]:
+    """Every peer ``sizes.peer_repeats`` times, interleaved; medians and ratios to trio-mcp."""
+    names = peer_names(sizes.ts)
+    live = sizes.scale_for_targets()
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for repeat in range(sizes.peer_repeats):
+        shift = repeat % len(names)
+        for name in names[shift:] + names[:shift]:
+            one = one_run(name, sizes)
+            runs[name].append(one)
+            cpu = ", ".join(f"{op} {one[op]['cpu_us_per_request']:.1f}" for op in OPS)
+            log(
+                f"  {repeat + 1}/{sizes.peer_repeats} {LABELS[name]}: CPU us/request {cpu}; "
+                f"RSS/task {one['memory']['bytes_per_task'] / 1024:.2f} KiB"
+            )
+    median: dict[str, dict[str, Any]] = {}
+    for name, its in runs.items():
+        median[name] = {
+            "cpu_us_per_request": {op: _median([r[op]["cpu_us_per_request"] for r in its]) for op in OPS},
+            "cpu_us_per_request_runs": {op: [r[op]["cpu_us_per_request"] for r in its] for op in OPS},
+            "rate": {op: _median([r[op]["rate"] for r in its]) for op in OPS},
+            "p99_ms": {op: _median([r[op]["p99_ms"] for r in its]) for op in OPS},
+            "rss_bytes_per_task": _median([r["memory"]["bytes_per_task"] for r in its]),
+            "rss_bytes_per_task_runs": [r["memory"]["bytes_per_task"] for r in its],
+        }
+    ours = median["trio-mcp"]
+    ratios: dict[str, dict[str, float]] = {}
+    for name in names[1:]:
+        theirs = median[name]
+        ratios[name] = {
+            op: _ratio(ours["cpu_us_per_request"][op], theirs["cpu_us_per_request"][op]) for op in OPS
+        }
+        ratios[name]["rss_bytes_per_task"] = _ratio(ours["rss_bytes_per_task"], theirs["rss_bytes_per_task"])
+    versions: dict[str, str] = {}
+    if sizes.ts:
+        versions = {"node": node.node_version(), **node.PACKAGES}
+    return {
+        "L": live,
+        "n": sizes.n,
+        "window": sizes.window,
+        "repeats": sizes.peer_repeats,
+        "peers": names,
+        "versions": versions,
+        "median": median,
+        "ratios": ratios,
+        "runs": runs,
+    }
