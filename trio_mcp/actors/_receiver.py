@@ -57,6 +57,7 @@ class TaskReceiver:
         self.owner = owner
         self.dialect = dialect
         """The connection's own dialect: what renders when a call names none."""
+        self._own_notifier: Callable[[TaskRecord], None] | None = None
 
     def start_create(
         self,
@@ -91,6 +92,15 @@ class TaskReceiver:
         self.start_work(record)
 
     def _notifier(self, renderer: Renderer) -> Callable[[TaskRecord], None]:
+        # One for the connection's own dialect, shared by all its tasks (one per task would
+        # be a closure kept by every live task); a modern request's scope gets its own.
+        if renderer is self.dialect:
+            if self._own_notifier is None:
+                self._own_notifier = self._make_notifier(renderer)
+            return self._own_notifier
+        return self._make_notifier(renderer)
+
+    def _make_notifier(self, renderer: Renderer) -> Callable[[TaskRecord], None]:
         def changed(record: TaskRecord) -> None:
             if not self.endpoint.closed:
                 notification = renderer.status_notification(record)

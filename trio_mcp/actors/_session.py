@@ -340,6 +340,33 @@ class ToolCall:
         return await self.session.client_tasks.create(method, params, ttl_ms)
 
 
+class _ToolWork:
+    """A task's work: run the tool with its arguments, settle its result in the creating
+    era's terms. A small object rather than a closure: every live task keeps one."""
+
+    __slots__ = ("arguments", "entry", "mrtr", "progress_token", "scope", "session")
+
+    def __init__(
+        self,
+        session: SessionActor,
+        entry: ToolEntry,
+        arguments: dict[str, Any] | None,
+        progress_token: int | str | None,
+        scope: Scope,
+        mrtr: InputNeeded | None,
+    ) -> None:
+        self.session = session
+        self.entry = entry
+        self.arguments = arguments
+        self.progress_token = progress_token
+        self.scope = scope
+        self.mrtr = mrtr
+
+    async def __call__(self, actor: TaskActor) -> TaskOutcome:
+        call = ToolCall(self.session, self.progress_token, actor, self.scope, self.mrtr)
+        return self.scope.settle_tool_result(await self.entry.call(self.arguments, call))
+
+
 class SessionActor(Endpoint):
     def __init__(
         self,
@@ -813,12 +840,7 @@ class SessionActor(Endpoint):
         self, command: CallTool, scope: Scope, mrtr: InputNeeded | None = None
     ) -> Callable[[TaskActor], Awaitable[TaskOutcome]]:
         entry = self.service.tools[command.name]
-
-        async def work(actor: TaskActor) -> TaskOutcome:
-            call = ToolCall(self, command.progress_token, actor, scope, mrtr)
-            return scope.settle_tool_result(await entry.call(command.arguments, call))
-
-        return work
+        return _ToolWork(self, entry, command.arguments, command.progress_token, scope, mrtr)
 
     async def _listen(self, command: Listen, scope: ModernScope, request: jsonrpc.Request) -> dict[str, Any]:
         """``subscriptions/listen``: acknowledge what will be sent, then tagged notifications —

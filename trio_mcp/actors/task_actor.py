@@ -136,12 +136,13 @@ class TaskActor:
         self._on_change = on_change
         self.watcher = watcher
         """Told every new record (the creating session sends status notifications from it)."""
-        self._waiters: list[Reply[TaskOutcome]] = []
+        # Made when first needed: most tasks never get a waiter or ask for input.
+        self._waiters: list[Reply[TaskOutcome]] | None = None
         self._scope = trio.CancelScope()
         self._input_waits = 0
-        self._inputs: dict[str, Reply[Any]] = {}
+        self._inputs: dict[str, Reply[Any]] | None = None
         self._input_seq = 0
-        self._used_keys: set[str] = set()
+        self._used_keys: set[str] | None = None
         self._stopped: ErrorValue | None = None
         self._max_result_bytes = max_result_bytes
 
@@ -205,12 +206,16 @@ class TaskActor:
         self._input_seq += 1
         if key is None:
             key = f"input-{self._input_seq - 1}"
-        elif key in self._used_keys:  # keys are unique over the task's life
+        elif self._used_keys is not None and key in self._used_keys:  # unique over the task's life
             key = f"{key}-{self._input_seq}"
+        if self._used_keys is None:
+            self._used_keys = set()
         self._used_keys.add(key)
         reply: Reply[Any] = Reply()
         if self.record.is_terminal or self._stopped is not None:
             return key, reply  # never answered: the work is being cancelled
+        if self._inputs is None:
+            self._inputs = {}
         self._inputs[key] = reply
         status = TaskStatus.INPUT_REQUIRED
         note = message if self.record.status != status else self.record.status_message
@@ -220,7 +225,7 @@ class TaskActor:
 
     def withdraw_input(self, key: str) -> None:
         """Forget an input request nobody waits for any more (its asker was cancelled)."""
-        if self._inputs.pop(key, None) is not None:
+        if self._inputs and self._inputs.pop(key, None) is not None:
             self._drop_requests((key,))
 
     def _drop_requests(self, keys: tuple[str, ...]) -> None:
@@ -244,8 +249,8 @@ class TaskActor:
         if self.record.is_terminal:
             return
         self._set(self.record.settle(outcome, now=self._clock(), status=status))
-        self._inputs.clear()
-        waiters, self._waiters = self._waiters, []
+        self._inputs = None
+        waiters, self._waiters = self._waiters or (), None
         for waiter in waiters:
             waiter.send(outcome)
 
@@ -297,6 +302,8 @@ class TaskActor:
             if outcome is not None:
                 message.reply.send(outcome)
             else:
+                if self._waiters is None:
+                    self._waiters = []
                 self._waiters.append(message.reply)
         elif isinstance(message, Cancel):
             if self.record.is_terminal:
@@ -310,7 +317,7 @@ class TaskActor:
         elif isinstance(message, ProvideInput):
             taken: list[str] = []
             for key, value in message.responses.items():
-                reply = self._inputs.pop(key, None)
+                reply = self._inputs.pop(key, None) if self._inputs else None
                 if reply is not None:
                     taken.append(key)
                     reply.send(value)
@@ -323,7 +330,7 @@ class TaskActor:
     def abort(self, error: ErrorValue) -> None:
         """Cancel the work if it still runs and fail every waiter with ``error``."""
         self._scope.cancel()
-        waiters, self._waiters = self._waiters, []
+        waiters, self._waiters = self._waiters or (), None
         for waiter in waiters:
             waiter.fail(error.exception())
 
@@ -340,7 +347,7 @@ class TaskActor:
         outcome = TaskOutcome.from_error(failure)
         if not self.record.is_terminal:
             self.record = self.record.settle(outcome, now=now)
-        waiters, self._waiters = self._waiters, []
+        waiters, self._waiters = self._waiters or (), None
         for waiter in waiters:
             waiter.send(self.record.outcome or outcome)
 
