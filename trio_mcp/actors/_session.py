@@ -364,7 +364,9 @@ class _ToolWork:
 
     async def __call__(self, actor: TaskActor) -> TaskOutcome:
         call = ToolCall(self.session, self.progress_token, actor, self.scope, self.mrtr)
-        return self.scope.settle_tool_result(await self.entry.call(self.arguments, call))
+        running = self.entry.call(self.arguments, call)
+        self.arguments = None  # the tool has them now: not kept for the task's whole life
+        return self.scope.settle_tool_result(await running)
 
 
 class SessionActor(Endpoint):

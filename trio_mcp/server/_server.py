@@ -102,8 +102,13 @@ class RegisteredTool:
             return error_result(f"Invalid arguments for tool '{self.name}': {exc}")
         if self.context_param is not None:
             kwargs[self.context_param] = Context(call)
+        # Neither the JSON arguments nor the keyword dict stay referenced from this frame while
+        # the tool runs (a long task would keep both for its whole life).
+        del arguments
         try:
-            value = await self.fn(**kwargs)
+            running = self.fn(**kwargs)
+            del kwargs
+            value = await running
         except McpError:
             raise
         except Exception as exc:
