@@ -297,8 +297,14 @@ def test_same_scenario_100_runs_give_byte_identical_traces() -> None:
     assert b"task.expired task-1" in trace
 
 
-def test_trace_is_identical_in_another_process() -> None:
-    """Not even PYTHONHASHSEED changes the trace."""
+def test_trace_is_identical_in_another_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not even PYTHONHASHSEED changes the trace. Both processes use the memory store (the
+    child knows no --task-store): the same run, not one on another store, whose answers to
+    concurrent requests may leave in another order."""
+    from trio_mcp.actors.store import MemoryTaskStore
+
+    monkeypatch.setattr("trio_mcp.server._server.MemoryTaskStore", MemoryTaskStore)
+    monkeypatch.setattr("trio_mcp.actors.supervisor.MemoryTaskStore", MemoryTaskStore)
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); import test_testing_kit as m; "
         "from trio_mcp.testing import run; sys.stdout.write(run(m.busy_scenario))"
