@@ -639,15 +639,18 @@ class SessionActor(Endpoint):
     async def _wait(
         self, request: jsonrpc.Request, handler: Callable[[jsonrpc.Request], Awaitable[dict[str, Any]]]
     ) -> None:
+        if await self._admit_waiting(request):
+            self._spawn_answer(request, handler)
+
+    async def _admit_waiting(self, request: jsonrpc.Request) -> bool:
+        """Admit a request that may wait: refused if its id is already waiting, or past the limit."""
         if request.id in self._in_flight:
             await self.respond_error(
                 request.id,
                 ErrorValue(INVALID_REQUEST, f"Invalid request: id {request.id!r} is already in use"),
             )
-            return
-        if not await self._admit(request):
-            return
-        self._spawn_answer(request, handler)
+            return False
+        return await self._admit(request)
 
     def _spawn_answer(
         self, request: jsonrpc.Request, handler: Callable[[jsonrpc.Request], Awaitable[dict[str, Any]]]
@@ -662,10 +665,7 @@ class SessionActor(Endpoint):
     async def _await_result(self, request: jsonrpc.Request, task_id: str) -> None:
         """``tasks/result``: answered at once, without a Trio task of its own, when the task has
         ended or is unknown; otherwise by a waiting one (:meth:`_wait`'s rules either way)."""
-        if request.id in self._in_flight:
-            await self._wait(request, functools.partial(self._task_result, task_id))  # refused there
-            return
-        if not await self._admit(request):
+        if not await self._admit_waiting(request):
             return
         try:
             started = self.receiver.start_result(task_id)
@@ -756,13 +756,7 @@ class SessionActor(Endpoint):
             if not self.post(data, release):
                 release()
             return
-        created = value.task_id if isinstance(value, TaskRecord) else None
-        if created is None:
-            if self.post(data, release):
-                after()
-            else:
-                release()
-            return
+        created: str = value.task_id  # only a creation has something to do after its answer
 
         def written() -> None:
             release()
@@ -829,9 +823,6 @@ class SessionActor(Endpoint):
         result = await entry.call(command.arguments, ToolCall(self, command.progress_token, None, scope))
         data: dict[str, Any] = unstructure(result)
         return scope.complete(data)
-
-    async def _task_result(self, task_id: str, request: jsonrpc.Request) -> dict[str, Any]:
-        return await self.receiver.result(task_id)
 
     def _start_create(self, command: CallTool, scope: Scope) -> Started:
         """A task: create it; the work starts once the CreateTaskResult is queued."""
