@@ -81,7 +81,7 @@ class TaskReceiver:
         return Started(reply, render, after=self.start_work)
 
     def start_work(self, record: TaskRecord) -> None:
-        # A system message: it must not be refused once the client holds the task id.
+        # Never refused (no mailbox bound applies): the client may already hold the task id.
         self.supervisor.start_work(self.owner, record.task_id)
 
     async def create(self, request: jsonrpc.Request, work: Work, ttl_ms: int | None) -> None:

@@ -460,7 +460,9 @@ class TaskSupervisor(Actor[SupervisorMessage]):
     def _answer_record(
         self, record: TaskRecord | None, owner: str, inner: Poll | AwaitResult | Cancel | ProvideInput
     ) -> None:
-        """Answer a message about a task with no actor here from its final record (or none)."""
+        """Answer, without waiting, a message about a task with no actor here: from its record
+        when that is final (or for a Poll), or as missing. Both :meth:`deliver` and
+        :meth:`_route` (after a store read) use it."""
         if record is None or record.owner != owner:
             inner.reply.fail(NOT_FOUND.exception())
         elif isinstance(inner, Poll | ProvideInput):
@@ -491,14 +493,10 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             log.error("task store failed to read task %s: %r", message.task_id, exc, exc_info=exc)
             inner.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
             return
-        if record is None or record.owner != message.owner:
-            inner.reply.fail(NOT_FOUND.exception())  # foreign tasks look exactly like missing ones
-        elif isinstance(inner, Poll):
-            inner.reply.send(record)
-        elif isinstance(inner, AwaitResult):
-            if record.outcome is not None:
-                inner.reply.send(record.outcome)
-            elif self._shared is not None:  # it runs in another process: wait for its news
+        if record is None or record.owner != message.owner or record.is_terminal or isinstance(inner, Poll):
+            self._answer_record(record, message.owner, inner)
+        elif isinstance(inner, AwaitResult):  # it runs elsewhere and has not ended
+            if self._shared is not None:  # in another process: wait for its news
                 waiting = self._remote_waiters.setdefault(record.task_id, [])
                 if len(waiting) >= MAX_REMOTE_WAITERS:
                     inner.reply.fail(ErrorValue(INTERNAL_ERROR, "Server overloaded; retry later").exception())
@@ -507,11 +505,9 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             else:
                 inner.reply.fail(ELSEWHERE.exception())
         elif isinstance(inner, ProvideInput):
-            if self._shared is not None and not record.is_terminal:
+            if self._shared is not None:
                 await self._publish("input", record.task_id, inner.responses)
             inner.reply.send(record)  # answers for no one waiting are ignored
-        elif record.is_terminal:
-            inner.reply.send((record, True))
         else:
             await self._cancel_record(record, inner)
 
