@@ -23,7 +23,6 @@ from typing import Any, Protocol
 
 import attrs
 import trio
-from outcome import Outcome
 
 from ..protocol import jsonrpc
 from ..protocol.commands import (
@@ -477,7 +476,16 @@ class SessionActor(Endpoint):
             await self._on_modern(request)
             return
         command = self.dialect.interpret(request, self._tool_support)
-        if isinstance(command, ErrorValue):
+        kind = type(command)
+        # The busiest first, by exact type: a task query is answered here and now when its
+        # task's record can be read without waiting.
+        if kind is GetTask:
+            await self._get(request, command.task_id, self.dialect)  # type: ignore[union-attr]
+        elif kind is AwaitTaskResult:
+            await self._await_result(request, command.task_id)  # type: ignore[union-attr]
+        elif kind is CancelTask:
+            await self._start(request, lambda: self.receiver.start_cancel(command.task_id))  # type: ignore[union-attr]
+        elif isinstance(command, ErrorValue):
             await self.respond_error(request.id, command)
         elif isinstance(command, Ping):
             await self.respond(request.id, {})
@@ -495,10 +503,6 @@ class SessionActor(Endpoint):
         # Task queries: sent to the supervisor and answered from the reply's continuation, so
         # the reader goes on with the next request at once (pipelined clients: one scheduler
         # round per burst, not per request). FIFO mailboxes keep them in order.
-        elif isinstance(command, GetTask):
-            await self._start(request, lambda: self.receiver.start_get(command.task_id))
-        elif isinstance(command, CancelTask):
-            await self._start(request, lambda: self.receiver.start_cancel(command.task_id))
         elif isinstance(command, ListTasks):
             await self._start(
                 request, lambda: self.receiver.start_list(command.cursor, self.dialect.render_page)
@@ -507,8 +511,6 @@ class SessionActor(Endpoint):
             await self._start(request, lambda: self._start_create(command, self.dialect), counted=True)
         elif isinstance(command, CallTool):
             await self._wait(request, functools.partial(self._tools_call, command, self.dialect))
-        elif isinstance(command, AwaitTaskResult):
-            await self._await_result(request, command.task_id)
         elif isinstance(command, SubscribeResource):
             if command.subscribe:
                 self._subscribed.add(command.uri)
@@ -615,7 +617,7 @@ class SessionActor(Endpoint):
         elif isinstance(command, ListTools):
             await self.answer(request, functools.partial(self._tools_list, command, scope.cacheable))
         elif isinstance(command, GetTask):
-            await self._start(request, lambda: self.receiver.start_get(command.task_id, scope))
+            await self._get(request, command.task_id, scope)
         elif isinstance(command, CancelTask):
             await self._start(request, lambda: self.receiver.start_cancel(command.task_id, scope))
         elif isinstance(command, UpdateTask):
@@ -662,9 +664,36 @@ class SessionActor(Endpoint):
         self._in_flight[request.id] = scope
         self._nursery.start_soon(self._answer_in_scope, request, handler, scope)
 
+    async def _get(self, request: jsonrpc.Request, task_id: str, renderer: Renderer) -> None:
+        """``tasks/get``: answered from the record when it can be read without waiting (see
+        :meth:`TaskSupervisor.current`), else through the supervisor's mailbox."""
+        current = self.supervisor.current(self.owner, task_id)
+        if current is None:
+            await self._start(request, lambda: self.receiver.start_get(task_id, renderer))
+        elif isinstance(current, ErrorValue):
+            self._answer_now(request.id, current)
+        else:
+            self._answer_now(request.id, renderer.render_task(current))
+
+    def _answer_now(self, request_id: jsonrpc.RequestId, rendered: dict[str, Any] | ErrorValue) -> None:
+        """Queue the answer to a query answered without waiting (nothing if the connection has
+        closed: the reader stops at its next read)."""
+        if isinstance(rendered, ErrorValue):
+            self.post(jsonrpc.encode_error(request_id, rendered.code, rendered.message, rendered.data))
+        else:
+            self.post(jsonrpc.encode_response(request_id, rendered))
+
     async def _await_result(self, request: jsonrpc.Request, task_id: str) -> None:
         """``tasks/result``: answered at once, without a Trio task of its own, when the task has
         ended or is unknown; otherwise by a waiting one (:meth:`_wait`'s rules either way)."""
+        if request.id not in self._in_flight:
+            current = self.supervisor.current(self.owner, task_id)
+            if isinstance(current, ErrorValue):
+                self._answer_now(request.id, current)
+                return
+            if current is not None and current.outcome is not None:
+                self._answer_now(request.id, self.dialect.render_outcome(task_id, current.outcome))
+                return
         if not await self._admit_waiting(request):
             return
         try:
@@ -725,21 +754,25 @@ class SessionActor(Endpoint):
             await self.respond_error(request.id, ErrorValue(INTERNAL_ERROR, f"Internal error: {exc}"))
             return
         self._queries += 1
-        started.reply.then(functools.partial(self._answer_later, request.id, started, release))
+        reply = started.reply
+        if reply.answered:  # answered in the supervisor's call: no continuation to keep
+            self._answer_later(request.id, started, release, reply)
+        else:
+            reply.then(functools.partial(self._answer_later, request.id, started, release))
 
     def _answer_later(
         self,
         request_id: jsonrpc.RequestId,
         started: Started,
         release: Callable[[], None],
-        result: Outcome[Any],
+        reply: Reply[Any],
     ) -> None:
         # Runs in the answering actor's task: it must never raise into it.
         self._queries -= 1
         after: Callable[[], None] | None = None
         value: Any = None
         try:
-            value = result.unwrap()
+            value = reply.unwrap()
             rendered = started.render(value)
             if isinstance(rendered, ErrorValue):
                 data = jsonrpc.encode_error(request_id, rendered.code, rendered.message, rendered.data)

@@ -22,7 +22,6 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-import outcome
 import trio
 
 __all__ = [
@@ -129,56 +128,65 @@ class Mailbox(Generic[M]):
 class Reply(Generic[T]):
     """A one-shot answer slot. The first ``send``/``fail`` wins; later ones are ignored.
 
-    Senders may have given up waiting (cancelled); answering is then harmless.
+    Senders may have given up waiting (cancelled); answering is then harmless. The slot keeps
+    the value (or the error) itself: reading an answer that is already there costs an
+    attribute read, with no outcome objects in between.
     """
 
-    __slots__ = ("_callback", "_result", "_waiter")
+    __slots__ = ("_callback", "_error", "_state", "_value", "_waiter")
 
     def __init__(self) -> None:
-        self._result: outcome.Outcome[T] | None = None
+        self._state = _WAITING
+        self._value: T | None = None
+        self._error: BaseException | None = None
         self._waiter: trio.lowlevel.Task | None = None
-        self._callback: Callable[[outcome.Outcome[T]], None] | None = None
+        self._callback: Callable[[Reply[T]], None] | None = None
 
-    def then(self, callback: Callable[[outcome.Outcome[T]], None]) -> None:
-        """Run ``callback(outcome)`` when the answer arrives (at once if it already has), in
-        the answering actor's task: the asker goes on without waiting. One callback per slot."""
-        if self._result is not None:
-            callback(self._copy())
+    def then(self, callback: Callable[[Reply[T]], None]) -> None:
+        """Run ``callback(reply)`` when the answer arrives (at once if it already has), in
+        the answering actor's task: the asker goes on without waiting, and the callback reads
+        the answer with :meth:`unwrap`. One callback per slot."""
+        if self._state is not _WAITING:
+            callback(self)
         else:
             self._callback = callback
 
-    def _copy(self) -> outcome.Outcome[T]:
-        # An Outcome unwraps only once; every reader gets its own.
-        result = self._result
-        assert result is not None
-        if isinstance(result, outcome.Value):
-            return outcome.Value(result.value)
-        assert isinstance(result, outcome.Error)
-        return outcome.Error(result.error)
-
     @property
     def answered(self) -> bool:
-        return self._result is not None
+        return self._state is not _WAITING
+
+    def unwrap(self) -> T:
+        """The answer: the value sent, or the error failed with raised (afresh: each raise
+        starts from an empty traceback, so reading twice grows nothing)."""
+        if self._state is _FAILED:
+            assert self._error is not None
+            raise self._error.with_traceback(None)
+        if self._state is _WAITING:
+            raise RuntimeError("the reply has not been answered yet")
+        return self._value  # type: ignore[return-value]
 
     def send(self, value: T) -> None:
-        self._set(outcome.Value(value))
+        if self._state is _WAITING:
+            self._value = value
+            self._state = _SENT
+            self._answered()
 
     def fail(self, error: BaseException) -> None:
-        self._set(outcome.Error(error))
+        if self._state is _WAITING:
+            self._error = error
+            self._state = _FAILED
+            self._answered()
 
-    def _set(self, result: outcome.Outcome[T]) -> None:
-        if self._result is not None:
-            return
-        self._result = result
+    def _answered(self) -> None:
         waiter, self._waiter = self._waiter, None
         if waiter is not None:
             trio.lowlevel.reschedule(waiter)
         callback, self._callback = self._callback, None
         if callback is not None:
-            callback(self._copy())
+            callback(self)
 
     async def wait(self) -> T:
-        if self._result is None:
+        if self._state is _WAITING:
             self._waiter = trio.lowlevel.current_task()
 
             def abort(_: Any) -> trio.lowlevel.Abort:
@@ -188,7 +196,10 @@ class Reply(Generic[T]):
             await trio.lowlevel.wait_task_rescheduled(abort)
         else:
             await trio.lowlevel.checkpoint()
-        return self._copy().unwrap()
+        return self.unwrap()
+
+
+_WAITING, _SENT, _FAILED = "waiting", "sent", "failed"
 
 
 class Actor(Generic[M]):

@@ -450,6 +450,25 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                     return
         self.mailbox.put(message)
 
+    def current(self, owner: str, task_id: str) -> TaskRecord | ErrorValue | None:
+        """What a :class:`Poll` of the task would be answered, read now without a message when
+        that needs no waiting: the record of a task whose actor is here (the error it answers
+        with once stopped), or one the store reads without waiting (the memory store); a
+        missing or foreign task is :data:`NOT_FOUND`. None when only the mailbox can tell (a
+        durable or shared store). Reading changes nothing, so it keeps every order
+        :meth:`deliver` keeps."""
+        actor = self._actors.get(task_id)
+        if actor is not None:
+            if actor.owner != owner:
+                return NOT_FOUND  # foreign tasks look exactly like missing ones
+            return actor.current()
+        if self._peek is not None:
+            record = self._peek(task_id)
+            if record is None or record.owner != owner:
+                return NOT_FOUND
+            return record
+        return None
+
     def start_work(self, owner: str, task_id: str) -> None:
         """Start a created task's work now (its creator has answered with the task); nothing if
         it was removed meanwhile."""

@@ -289,6 +289,10 @@ class TaskActor:
             )
         )
 
+    def current(self) -> TaskRecord | ErrorValue:
+        """What a :class:`Poll` is answered: the record, or the error once stopped."""
+        return self.record if self._stopped is None else self._stopped
+
     # -- messages (synchronous: each runs to completion) ------------------------------------
     def receive(self, message: Poll | AwaitResult | Cancel | ProvideInput | Stop) -> None:
         """Handle one message. Never waits; answers go to the message's reply slot."""

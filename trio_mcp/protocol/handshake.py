@@ -75,7 +75,11 @@ ToolSupport = Callable[[str], TaskSupport | None]
 _ALWAYS = frozenset({"initialize", "ping"})
 RESOURCE_NOT_FOUND = -32002
 """``resources/read`` of an unknown URI in the handshake era (2026-07-28 uses -32602)."""
-_TASK_METHODS = frozenset({"tasks/get", "tasks/cancel", "tasks/list", "tasks/result"})
+_TASK_QUERIES: dict[str, type[GetTask | CancelTask | AwaitTaskResult]] = {
+    "tasks/get": GetTask,
+    "tasks/cancel": CancelTask,
+    "tasks/result": AwaitTaskResult,
+}
 
 
 def log_params(threshold: str | None, level: str, data: Any, logger: str | None) -> dict[str, Any] | None:
@@ -143,6 +147,12 @@ class HandshakeDialect:
 
     def _interpret(self, request: Request, tool_support: ToolSupport) -> Command | ErrorValue:
         method, params = request.method, request.params
+        query = _TASK_QUERIES.get(method)
+        if query is not None and self.version is not None and has_tasks(self.version):
+            # The busiest requests: params of exactly ``{"taskId": "..."}`` need no converter.
+            if type(params) is dict and len(params) == 1 and type(task_id := params.get("taskId")) is str:
+                return query(task_id)
+            return query(structure(params, TaskIdParams).task_id)
         if self.version is None and method not in _ALWAYS:
             return ErrorValue(INVALID_REQUEST, "Invalid request: send 'initialize' first")
         if method == "ping":
@@ -160,15 +170,8 @@ class HandshakeDialect:
             return SetLogLevel(structure(params, SetLevelParams).level)
         if method in SURFACE_METHODS:
             return interpret_surface(method, params)
-        if method in _TASK_METHODS and self.tasks_enabled:
-            if method == "tasks/list":
-                return ListTasks(structure(params, PaginatedParams).cursor)
-            task_id = structure(params, TaskIdParams).task_id
-            if method == "tasks/get":
-                return GetTask(task_id)
-            if method == "tasks/cancel":
-                return CancelTask(task_id)
-            return AwaitTaskResult(task_id)
+        if method == "tasks/list" and self.tasks_enabled:
+            return ListTasks(structure(params, PaginatedParams).cursor)
         return ErrorValue(METHOD_NOT_FOUND, f"Method not found: {method}")
 
     def _call_tool(self, params: dict[str, Any] | None, tool_support: ToolSupport) -> Command | ErrorValue:
