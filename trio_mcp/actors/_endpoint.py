@@ -146,10 +146,16 @@ class Endpoint:
         """Send a notification unless too much waits already; False if it was dropped."""
         if self.closed:
             return False
+        return self.notify_encoded(jsonrpc.encode_notification(method, params))
+
+    def notify_encoded(self, data: bytes) -> bool:
+        """:meth:`notify` for a notification already encoded."""
+        if self.closed:
+            return False
         if self._outbound_bytes > self.max_outbound_bytes // NOTIFICATION_ROOM_FRACTION:
             self.dropped += 1
             return False
-        return self.post(jsonrpc.encode_notification(method, params))
+        return self.post(data)
 
     async def respond(
         self, id: jsonrpc.RequestId, result: dict[str, Any], on_written: Callable[[], None] | None = None

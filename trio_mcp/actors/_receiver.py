@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from ..protocol import jsonrpc
+from ..protocol import _json, jsonrpc
 from ..protocol.errors import ErrorValue
 from ..protocol.records import TaskOutcome, TaskRecord
 from ._endpoint import Endpoint
@@ -20,17 +20,19 @@ from .runtime import Reply
 from .supervisor import CreateTask, ListTasks, Route, TaskSupervisor
 from .task_actor import AwaitResult, Cancel, Poll, ProvideInput, Work
 
-Rendered = dict[str, Any] | ErrorValue
+Rendered = dict[str, Any] | bytes | ErrorValue
+"""A JSON-RPC result (bytes: one already written as JSON text), or the error to answer with."""
 
 
 class Renderer(Protocol):
     """How one era writes task answers (a handshake dialect, or a modern request's scope)."""
 
     def render_task(self, record: TaskRecord) -> dict[str, Any]: ...
+    def task_json(self, record: TaskRecord) -> bytes: ...
     def render_created(self, record: TaskRecord, immediate_response: str | None) -> dict[str, Any]: ...
-    def render_cancelled(self, record: TaskRecord, was_terminal: bool) -> Rendered: ...
-    def render_outcome(self, task_id: str, outcome: TaskOutcome) -> Rendered: ...
-    def status_notification(self, record: TaskRecord) -> tuple[str, dict[str, Any]] | None: ...
+    def cancelled_json(self, record: TaskRecord, was_terminal: bool) -> bytes | ErrorValue: ...
+    def render_outcome(self, task_id: str, outcome: TaskOutcome) -> dict[str, Any] | ErrorValue: ...
+    def status_json(self, record: TaskRecord) -> bytes | None: ...
     def complete(self, result: dict[str, Any]) -> dict[str, Any]: ...
 
 
@@ -47,6 +49,9 @@ class Started:
         rendered = self.render(await self.reply.wait())
         if isinstance(rendered, ErrorValue):
             raise rendered.exception()
+        if isinstance(rendered, bytes):
+            result: dict[str, Any] = _json.loads(rendered)
+            return result
         return rendered
 
 
@@ -103,9 +108,9 @@ class TaskReceiver:
     def _make_notifier(self, renderer: Renderer) -> Callable[[TaskRecord], None]:
         def changed(record: TaskRecord) -> None:
             if not self.endpoint.closed:
-                notification = renderer.status_notification(record)
+                notification = renderer.status_json(record)
                 if notification is not None:
-                    self.endpoint.notify(*notification)
+                    self.endpoint.notify_encoded(notification)
 
         return changed
 
@@ -114,7 +119,7 @@ class TaskReceiver:
     def start_get(self, task_id: str, dialect: Renderer | None = None) -> Started:
         reply: Reply[TaskRecord] = Reply()
         self.supervisor.deliver(Route(self.owner, task_id, Poll(reply)))
-        return Started(reply, (dialect or self.dialect).render_task)
+        return Started(reply, (dialect or self.dialect).task_json)
 
     def start_cancel(self, task_id: str, dialect: Renderer | None = None) -> Started:
         reply: Reply[tuple[TaskRecord, bool]] = Reply()
@@ -122,7 +127,7 @@ class TaskReceiver:
         renderer = dialect or self.dialect
 
         def render(answer: tuple[TaskRecord, bool]) -> Rendered:
-            return renderer.render_cancelled(*answer)
+            return renderer.cancelled_json(*answer)
 
         return Started(reply, render)
 

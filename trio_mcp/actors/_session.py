@@ -65,7 +65,7 @@ from ..protocol.request_state import StateCodec, binding_of
 from ..protocol.tasks import TaskStatus
 from ..transports.base import Transport
 from ._endpoint import OVERLOADED, ConnectionClosed, Endpoint
-from ._receiver import Renderer, Started, TaskReceiver
+from ._receiver import Rendered, Renderer, Started, TaskReceiver
 from ._requestor import TaskRequestor
 from .runtime import MailboxFull, Reply, ask
 from .supervisor import Remove, Route, TaskSupervisor, Unwatch, Watch
@@ -92,6 +92,15 @@ runs as a task. Input asked later is asked through the task."""
 TOO_MANY_REQUESTS = ErrorValue(
     INTERNAL_ERROR, f"Server overloaded: at most {MAX_WAITING_REQUESTS} outstanding requests per connection"
 )
+
+
+def _encode_answer(request_id: jsonrpc.RequestId, rendered: Rendered) -> bytes:
+    """The response carrying ``rendered`` (a result, one already JSON text, or an error)."""
+    if isinstance(rendered, bytes):
+        return jsonrpc.encode_response_json(request_id, rendered)
+    if isinstance(rendered, ErrorValue):
+        return jsonrpc.encode_error(request_id, rendered.code, rendered.message, rendered.data)
+    return jsonrpc.encode_response(request_id, rendered)
 
 
 class ToolEntry(Protocol):
@@ -673,15 +682,12 @@ class SessionActor(Endpoint):
         elif isinstance(current, ErrorValue):
             self._answer_now(request.id, current)
         else:
-            self._answer_now(request.id, renderer.render_task(current))
+            self._answer_now(request.id, renderer.task_json(current))
 
-    def _answer_now(self, request_id: jsonrpc.RequestId, rendered: dict[str, Any] | ErrorValue) -> None:
+    def _answer_now(self, request_id: jsonrpc.RequestId, rendered: Rendered) -> None:
         """Queue the answer to a query answered without waiting (nothing if the connection has
         closed: the reader stops at its next read)."""
-        if isinstance(rendered, ErrorValue):
-            self.post(jsonrpc.encode_error(request_id, rendered.code, rendered.message, rendered.data))
-        else:
-            self.post(jsonrpc.encode_response(request_id, rendered))
+        self.post(_encode_answer(request_id, rendered))
 
     async def _await_result(self, request: jsonrpc.Request, task_id: str) -> None:
         """``tasks/result``: answered at once, without a Trio task of its own, when the task has
@@ -774,12 +780,9 @@ class SessionActor(Endpoint):
         try:
             value = reply.unwrap()
             rendered = started.render(value)
-            if isinstance(rendered, ErrorValue):
-                data = jsonrpc.encode_error(request_id, rendered.code, rendered.message, rendered.data)
-            else:
-                data = jsonrpc.encode_response(request_id, rendered)
-                if started.after is not None:
-                    after = functools.partial(started.after, value)
+            data = _encode_answer(request_id, rendered)
+            if started.after is not None and not isinstance(rendered, ErrorValue):
+                after = functools.partial(started.after, value)
         except McpError as exc:
             data = jsonrpc.encode_error(request_id, exc.code, exc.message, exc.data)
         except Exception as exc:

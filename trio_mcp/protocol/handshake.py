@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from . import _json
 from .commands import (
     AwaitTaskResult,
     CallTool,
@@ -34,7 +35,7 @@ from .commands import (
 )
 from .converter import structure, unstructure
 from .errors import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, ErrorValue, McpError
-from .jsonrpc import Notification, Request
+from .jsonrpc import Notification, Request, encode_notification_json
 from .messages import (
     MODEL_IMMEDIATE_RESPONSE_KEY,
     RELATED_TASK_KEY,
@@ -49,7 +50,7 @@ from .messages import (
     TaskIdParams,
     TaskSupport,
 )
-from .records import TaskOutcome, TaskRecord, task_fields
+from .records import TaskOutcome, TaskRecord, task_fields, wire_form
 from .surface import SURFACE_METHODS, interpret_surface
 from .versions import has_tasks, negotiate
 
@@ -80,6 +81,18 @@ _TASK_QUERIES: dict[str, type[GetTask | CancelTask | AwaitTaskResult]] = {
     "tasks/cancel": CancelTask,
     "tasks/result": AwaitTaskResult,
 }
+
+
+_TASK_FORM = "2025-11-25 Task"
+
+
+def _write_task(record: TaskRecord) -> bytes:
+    return _json.dumps(HandshakeDialect.render_task(record))
+
+
+def _cannot_cancel(record: TaskRecord) -> ErrorValue:
+    status = record.status.value
+    return ErrorValue(INVALID_PARAMS, f"Cannot cancel task: already in terminal status '{status}'")
 
 
 def log_params(threshold: str | None, level: str, data: Any, logger: str | None) -> dict[str, Any] | None:
@@ -241,8 +254,24 @@ class HandshakeDialect:
         """The 2025-11-25 ``Task`` object (``tasks/get``, ``tasks/cancel``, status notifications)."""
         return task_fields(record, ttl_key="ttl", poll_interval_key="pollInterval")
 
+    @staticmethod
+    def task_json(record: TaskRecord) -> bytes:
+        """:meth:`render_task` as JSON text, written once per record (see
+        :func:`~trio_mcp.protocol.records.wire_form`): the answer to ``tasks/get``, and the
+        params of a status notification."""
+        return wire_form(record, _TASK_FORM, _write_task)
+
+    def cancelled_json(self, record: TaskRecord, was_terminal: bool) -> bytes | ErrorValue:
+        """:meth:`render_cancelled` with the task as JSON text."""
+        return _cannot_cancel(record) if was_terminal else self.task_json(record)
+
+    def status_json(self, record: TaskRecord) -> bytes:
+        """The whole ``notifications/tasks/status`` message for ``record`` (encoded)."""
+        return encode_notification_json("notifications/tasks/status", self.task_json(record))
+
     def render_created(self, record: TaskRecord, immediate_response: str | None) -> dict[str, Any]:
-        """The ``CreateTaskResult`` answering a task-augmented request: ``{"task": …}``."""
+        """The ``CreateTaskResult`` answering a task-augmented request: ``{"task": …}``. (The
+        task is written afresh, not kept with the record: most tasks are never polled.)"""
         result: dict[str, Any] = {"task": self.render_task(record)}
         if immediate_response:
             result["_meta"] = {MODEL_IMMEDIATE_RESPONSE_KEY: immediate_response}
@@ -256,11 +285,7 @@ class HandshakeDialect:
 
     def render_cancelled(self, record: TaskRecord, was_terminal: bool) -> dict[str, Any] | ErrorValue:
         """``tasks/cancel``: the cancelled task, or -32602 if it had already ended."""
-        if was_terminal:
-            return ErrorValue(
-                INVALID_PARAMS, f"Cannot cancel task: already in terminal status '{record.status.value}'"
-            )
-        return self.render_task(record)
+        return _cannot_cancel(record) if was_terminal else self.render_task(record)
 
     @staticmethod
     def render_outcome(task_id: str, outcome: TaskOutcome) -> dict[str, Any] | ErrorValue:

@@ -26,8 +26,10 @@ __all__ = [
     "encode",
     "encode_error",
     "encode_notification",
+    "encode_notification_json",
     "encode_request",
     "encode_response",
+    "encode_response_json",
     "parse",
     "parse_object",
 ]
@@ -165,6 +167,24 @@ def encode_notification(method: str, params: dict[str, Any] | None = None) -> by
 
 def encode_response(id: RequestId, result: dict[str, Any]) -> bytes:
     return _dumps({"jsonrpc": "2.0", "id": id, "result": result})
+
+
+def encode_response_json(id: RequestId, result_json: bytes) -> bytes:
+    """:func:`encode_response` for a result already written as JSON text (the same bytes).
+
+    >>> encode_response_json(7, b'{"a":1}') == encode_response(7, {"a": 1})
+    True
+    """
+    return b'{"jsonrpc":"2.0","id":' + _json.dumps(id) + b',"result":' + result_json + b"}"
+
+
+def encode_notification_json(method: str, params_json: bytes) -> bytes:
+    """:func:`encode_notification` for params already written as JSON text (the same bytes).
+
+    >>> encode_notification_json("m", b'{"a":1}') == encode_notification("m", {"a": 1})
+    True
+    """
+    return b'{"jsonrpc":"2.0","method":' + _json.dumps(method) + b',"params":' + params_json + b"}"
 
 
 def encode_error(id: RequestId | None, code: int, message: str, data: Any = None) -> bytes:

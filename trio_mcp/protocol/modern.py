@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _json
 from .commands import (
     CallTool,
     CancelRequest,
@@ -184,6 +185,18 @@ class ModernScope:
     def render_task(self, record: TaskRecord) -> dict[str, Any]:
         """``tasks/get``: the DetailedTask as a complete result."""
         return self.complete(self.detailed_task(record))
+
+    def task_json(self, record: TaskRecord) -> bytes:
+        """:meth:`render_task` as JSON text (written each time: it carries the result)."""
+        return _json.dumps(self.render_task(record))
+
+    def cancelled_json(self, record: TaskRecord, was_terminal: bool) -> bytes | ErrorValue:
+        """:meth:`render_cancelled` as JSON text."""
+        return _json.dumps(self.complete({}))
+
+    def status_json(self, record: TaskRecord) -> bytes | None:
+        """None: see :meth:`status_notification`."""
+        return None
 
     def render_created(self, record: TaskRecord, immediate_response: str | None) -> dict[str, Any]:
         """The flat ``CreateTaskResult`` (``resultType: "task"``)."""

@@ -17,6 +17,7 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -34,6 +35,7 @@ __all__ = [
     "record_to_json",
     "record_to_text",
     "task_fields",
+    "wire_form",
 ]
 
 
@@ -98,6 +100,9 @@ class TaskRecord:
     outcome: TaskOutcome | None = None
     input_requests: dict[str, Any] = attrs.Factory(dict)
     version: int = 0
+    _wire: tuple[str, bytes] | None = attrs.field(default=None, init=False, eq=False, repr=False)
+    """One wire form of this record kept once written (see :func:`wire_form`); every change
+    makes a new record, which starts without one."""
 
     @property
     def is_terminal(self) -> bool:
@@ -167,6 +172,25 @@ def task_fields(record: TaskRecord, *, ttl_key: str, poll_interval_key: str) -> 
     if record.poll_interval_ms is not None:
         task[poll_interval_key] = record.poll_interval_ms
     return task
+
+
+def wire_form(record: TaskRecord, key: str, write: Callable[[TaskRecord], bytes]) -> bytes:
+    """``write(record)``, kept with the record under ``key``: a record answered many times
+    (polled, or sent as a status notification and then as the answer to the cancel that
+    made it) is written once. One form is kept per record; another key replaces it.
+
+    >>> record = new_record("t1", "alice", now=0.0, ttl_ms=1000, poll_interval_ms=None)
+    >>> calls = []
+    >>> write = lambda r: calls.append(r) or b"{}"
+    >>> wire_form(record, "k", write), wire_form(record, "k", write), len(calls)
+    (b'{}', b'{}', 1)
+    """
+    kept = record._wire
+    if kept is not None and kept[0] == key:
+        return kept[1]
+    data = write(record)
+    object.__setattr__(record, "_wire", (key, data))  # a cache, not state: eq and JSON ignore it
+    return data
 
 
 def record_to_json(record: TaskRecord) -> dict[str, Any]:
