@@ -182,6 +182,10 @@ class MemoryTaskStore:
         return row.record if row is not None else None
 
     async def update(self, record: TaskRecord) -> bool:
+        return self.update_now(record)
+
+    def update_now(self, record: TaskRecord) -> bool:
+        """:meth:`update` without waiting (the supervisor stores a change with it at once)."""
         row = self._rows.get(record.task_id)
         if row is None or row.record.version != record.version - 1:
             return False

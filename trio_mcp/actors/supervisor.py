@@ -280,6 +280,10 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             getattr(self.store, "peek", None) if self._shared is None else None
         )
         """Reads a record without waiting (the memory store): see :meth:`deliver`."""
+        self._update_now: Callable[[TaskRecord], bool] | None = (
+            getattr(self.store, "update_now", None) if self._peek is not None else None
+        )
+        """Stores a change without waiting (the memory store): see :meth:`_changed`."""
         self._remote_waiters: dict[str, list[Reply[TaskOutcome]]] = {}
         self._kept: dict[str, int] = {}  # tasks kept per owner (created here, not yet removed)
         self._owner_of: dict[str, str] = {}
@@ -618,7 +622,12 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self._tell_watchers(record)
         if record.is_terminal:
             self._forget_live(actor.owner, actor.task_id)
-        self.mailbox.put(_Changed(actor, record), system=True)
+        if self._update_now is not None:
+            # A store that never waits takes the change now, in order by construction: no
+            # message, and a final record makes the task a record at once.
+            self._stored(actor, record, self._update_now(record), record.is_terminal)
+        else:
+            self.mailbox.put(_Changed(actor, record), system=True)
 
     async def _store_change(self, actor: TaskActor, record: TaskRecord) -> None:
         try:
@@ -626,11 +635,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         except Exception as exc:
             log.error("task store failed to update task %s: %r", record.task_id, exc, exc_info=exc)
             stored = False
-        if not stored and record.task_id in self._deadline_of:
-            # Another process changed it first (a cancel through it): its record stands.
-            log.info("task %s: record version %d was not stored", record.task_id, record.version)
-        if record.is_terminal and self._actors.get(record.task_id) is actor and actor.record is record:
-            del self._actors[record.task_id]  # final and stored: the task is a record now
+        self._stored(actor, record, stored, record.is_terminal and actor.record is record)
         if self._shared is not None and stored:
             try:
                 if record.is_terminal:
@@ -638,6 +643,15 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 await self._publish("changed", record.task_id)
             except Exception as exc:
                 log.error("task store failed to announce task %s: %r", record.task_id, exc, exc_info=exc)
+
+    def _stored(self, actor: TaskActor, record: TaskRecord, stored: bool, final: bool) -> None:
+        """The store has taken ``record`` (or refused it); after the ``final`` record the task
+        is only a record."""
+        if not stored and record.task_id in self._deadline_of:
+            # Another process changed it first (a cancel through it): its record stands.
+            log.info("task %s: record version %d was not stored", record.task_id, record.version)
+        if final and self._actors.get(record.task_id) is actor:
+            del self._actors[record.task_id]  # final and stored: the task is a record now
 
     def _compact_deadlines(self) -> None:
         """Forget heap entries of removed tasks once they are half the heap (amortised O(1))."""

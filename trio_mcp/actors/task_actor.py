@@ -49,6 +49,12 @@ __all__ = [
 ]
 
 
+CANCELLED = ErrorValue(TASK_CANCELLED, "Task was cancelled: the request has no result")
+_BY_REQUEST = "The task was cancelled by request."
+_CANCELLED_BY_REQUEST = TaskOutcome(error=CANCELLED, failed=True, message=_BY_REQUEST)
+"""Every task cancelled by ``tasks/cancel`` ends with this outcome (a frozen value: shared)."""
+
+
 # Messages. Each carries its own reply slot where an answer is due.
 @attrs.frozen
 class Start:
@@ -72,7 +78,7 @@ class Cancel:
     """Answered with the record and whether the task had already ended (then nothing changed)."""
 
     reply: Reply[tuple[TaskRecord, bool]]
-    reason: str = "The task was cancelled by request."
+    reason: str = _BY_REQUEST
 
 
 @attrs.frozen
@@ -94,8 +100,6 @@ class Stop:
 TaskMessage = Start | Poll | AwaitResult | Cancel | ProvideInput | Stop
 
 Work = Callable[["TaskActor"], Awaitable[TaskOutcome]]
-
-CANCELLED = ErrorValue(TASK_CANCELLED, "Task was cancelled: the request has no result")
 
 
 class TaskActor:
@@ -314,9 +318,13 @@ class TaskActor:
                 message.reply.send((self.record, True))
                 return
             self._scope.cancel()
-            self.settle(
-                TaskOutcome(error=CANCELLED, failed=True, message=message.reason), TaskStatus.CANCELLED
+            reason = message.reason
+            outcome = (
+                _CANCELLED_BY_REQUEST
+                if reason == _BY_REQUEST
+                else TaskOutcome(error=CANCELLED, failed=True, message=reason)
             )
+            self.settle(outcome, TaskStatus.CANCELLED)
             message.reply.send((self.record, False))
         elif isinstance(message, ProvideInput):
             taken: list[str] = []

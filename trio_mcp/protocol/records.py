@@ -108,16 +108,37 @@ class TaskRecord:
     def is_terminal(self) -> bool:
         return self.status.is_terminal
 
-    def _changed(self, now: float, **changes: Any) -> TaskRecord:
-        return attrs.evolve(self, last_updated_at=now, version=self.version + 1, **changes)
+    def _changed(
+        self,
+        now: float,
+        status: TaskStatus,
+        message: str | None,
+        outcome: TaskOutcome | None,
+        requests: dict[str, Any],
+    ) -> TaskRecord:
+        # The next version, built directly (this is every task change: attrs.evolve costs more).
+        return TaskRecord(
+            self.task_id,
+            self.owner,
+            status,
+            self.created_at,
+            now,
+            self.ttl_ms,
+            self.expires_at,
+            self.poll_interval_ms,
+            message,
+            outcome,
+            requests,
+            self.version + 1,
+        )
 
     def transition(self, status: TaskStatus, message: str | None, *, now: float) -> TaskRecord:
         """The record after a legal status change (:class:`InvalidTransition` otherwise)."""
         check_transition(self.status, status)
-        return self._changed(now, status=status, status_message=message)
+        return self._changed(now, status, message, self.outcome, self.input_requests)
 
     def with_message(self, message: str | None, *, now: float) -> TaskRecord:
-        return self._changed(now, status_message=message)
+        return self._changed(now, self.status, message, self.outcome, self.input_requests)
 
     def with_input_requests(
         self, requests: dict[str, Any], status: TaskStatus, message: str | None, *, now: float
@@ -125,15 +146,13 @@ class TaskRecord:
         """The record with these pending input requests, in ``status`` (a legal move, or the same)."""
         if status != self.status:
             check_transition(self.status, status)
-        return self._changed(now, input_requests=requests, status=status, status_message=message)
+        return self._changed(now, status, message, self.outcome, requests)
 
     def settle(self, outcome: TaskOutcome, *, now: float, status: TaskStatus | None = None) -> TaskRecord:
         """The terminal record for ``outcome`` (``failed`` or ``completed`` unless ``status``)."""
         final = status or (TaskStatus.FAILED if outcome.failed else TaskStatus.COMPLETED)
         check_transition(self.status, final)
-        return self._changed(
-            now, status=final, status_message=outcome.message, outcome=outcome, input_requests={}
-        )
+        return self._changed(now, final, outcome.message, outcome, {})
 
 
 def new_record(
