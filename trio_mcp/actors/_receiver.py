@@ -78,7 +78,7 @@ class TaskReceiver:
         renderer = dialect or self.dialect
         reply: Reply[TaskRecord] = Reply()
         notify = watcher if watcher is not None else self._notifier(renderer)
-        self.supervisor.tell(CreateTask(self.owner, work, ttl_ms, notify, reply))
+        self.supervisor.create(CreateTask(self.owner, work, ttl_ms, notify, reply))
 
         def render(record: TaskRecord) -> Rendered:
             return renderer.render_created(record, immediate_response)

@@ -160,6 +160,10 @@ class MemoryTaskStore:
         return len(self._rows)
 
     async def create(self, record: TaskRecord) -> None:
+        self.create_now(record)
+
+    def create_now(self, record: TaskRecord) -> None:
+        """:meth:`create` without waiting (the supervisor creates a task with it at once)."""
         if record.task_id in self._rows:
             raise ValueError(f"task {record.task_id!r} exists")
         index = self._by_owner.get(record.owner)

@@ -284,6 +284,10 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             getattr(self.store, "update_now", None) if self._peek is not None else None
         )
         """Stores a change without waiting (the memory store): see :meth:`_changed`."""
+        self._create_now: Callable[[TaskRecord], None] | None = (
+            getattr(self.store, "create_now", None) if self._peek is not None else None
+        )
+        """Stores a new task without waiting (the memory store): see :meth:`create`."""
         self._remote_waiters: dict[str, list[Reply[TaskOutcome]]] = {}
         self._kept: dict[str, int] = {}  # tasks kept per owner (created here, not yet removed)
         self._owner_of: dict[str, str] = {}
@@ -379,28 +383,60 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             return ErrorValue(TASK_LIMIT_REACHED, "Server at capacity: too many tasks; retry later")
         return None
 
-    async def _create(self, message: CreateTask) -> None:
+    def create(self, message: CreateTask) -> None:
+        """Create a task for ``message.owner``; its first record (or the refusal) answers
+        ``message.reply``.
+
+        When the store needs no waiting (the memory store) and no earlier message waits in
+        the mailbox, the task is made now, in the caller's Trio task, so mailbox order is
+        kept; otherwise it goes through the mailbox (:class:`MailboxFull` when full)."""
+        if self._create_now is not None and self._nursery is not None and not len(self.mailbox):
+            record = self._new_task(message)
+            if record is not None:
+                try:
+                    self._create_now(record)
+                except Exception as exc:
+                    self._store_refused(message, exc)
+                    return
+                self._start_actor(message, record)
+        else:
+            self.mailbox.put(message)
+
+    def _new_task(self, message: CreateTask) -> TaskRecord | None:
         refusal = self._refusal(message.owner)
         if refusal is not None:
             message.reply.fail(refusal.exception())
-            return
-        ttl = self.limits.grant_ttl(message.ttl_ms)
-        record = new_record(
+            return None
+        return new_record(
             self._new_id(),
             message.owner,
             now=self.wall_clock(),
-            ttl_ms=ttl,
+            ttl_ms=self.limits.grant_ttl(message.ttl_ms),
             poll_interval_ms=self.limits.poll_interval_ms,
         )
+
+    @staticmethod
+    def _store_refused(message: CreateTask, exc: Exception) -> None:
+        log.error("task store failed to create a task: %r", exc, exc_info=exc)
+        message.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
+
+    async def _create(self, message: CreateTask) -> None:
+        record = self._new_task(message)
+        if record is None:
+            return
         try:
             await self.store.create(record)
             if self._shared is not None:
                 await self._shared.hold([record.task_id], self.origin, self.wall_clock() + LEASE_SECONDS)
         except Exception as exc:
-            log.error("task store failed to create a task: %r", exc, exc_info=exc)
-            message.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
+            self._store_refused(message, exc)
             return
+        self._start_actor(message, record)
+
+    def _start_actor(self, message: CreateTask, record: TaskRecord) -> None:
+        """The stored task gets its actor and its deadline; the creator gets the record."""
         task_id = record.task_id
+        ttl = record.ttl_ms
         actor = TaskActor(
             record,
             message.work,

@@ -48,6 +48,7 @@ from .messages import (
     PaginatedParams,
     SetLevelParams,
     TaskIdParams,
+    TaskMetadata,
     TaskSupport,
 )
 from .records import TaskOutcome, TaskRecord, task_fields, wire_form
@@ -84,6 +85,7 @@ _TASK_QUERIES: dict[str, type[GetTask | CancelTask | AwaitTaskResult]] = {
 
 
 _TASK_FORM = "2025-11-25 Task"
+_STATUS_PREFIX = encode_notification_json("notifications/tasks/status", b"")[:-1]
 
 
 def _write_task(record: TaskRecord) -> bytes:
@@ -93,6 +95,31 @@ def _write_task(record: TaskRecord) -> bytes:
 def _cannot_cancel(record: TaskRecord) -> ErrorValue:
     status = record.status.value
     return ErrorValue(INVALID_PARAMS, f"Cannot cancel task: already in terminal status '{status}'")
+
+
+_PLAIN_CALL_KEYS = frozenset({"name", "arguments", "task"})
+
+
+def call_tool_params(params: dict[str, Any] | None) -> CallToolParams:
+    """``tools/call`` params, as :func:`~trio_mcp.protocol.converter.structure` reads them
+    (McpError -32602 naming the field otherwise). The common shape — a name, an arguments
+    object, a ``task`` with at most an integer ``ttl``, no ``_meta`` — is read directly.
+
+    >>> call_tool_params({"name": "echo", "arguments": {"text": "hi"}, "task": {"ttl": 60000}})
+    CallToolParams(name='echo', arguments={'text': 'hi'}, task=TaskMetadata(ttl=60000), meta=None)
+    """
+    if type(params) is dict and params.keys() <= _PLAIN_CALL_KEYS:
+        name = params.get("name")
+        arguments = params.get("arguments")
+        task = params.get("task")
+        if type(name) is str and (arguments is None or type(arguments) is dict):
+            if task is None:
+                return CallToolParams(name, arguments)
+            if type(task) is dict and task.keys() <= {"ttl"}:
+                ttl = task.get("ttl")
+                if ttl is None or type(ttl) is int:
+                    return CallToolParams(name, arguments, TaskMetadata(ttl))
+    return structure(params, CallToolParams)
 
 
 def log_params(threshold: str | None, level: str, data: Any, logger: str | None) -> dict[str, Any] | None:
@@ -139,6 +166,7 @@ class HandshakeDialect:
         self.client_capabilities: dict[str, Any] = {}
         self.client_info: Implementation | None = None
         self.log_level: str | None = None
+        self._last_status: tuple[TaskRecord, bytes] | None = None
 
     # -- what the connection agreed ---------------------------------------------------------
     @property
@@ -188,7 +216,7 @@ class HandshakeDialect:
         return ErrorValue(METHOD_NOT_FOUND, f"Method not found: {method}")
 
     def _call_tool(self, params: dict[str, Any] | None, tool_support: ToolSupport) -> Command | ErrorValue:
-        call = structure(params, CallToolParams)
+        call = call_tool_params(params)
         token = progress_token_of(call.meta)
         support = tool_support(call.name)
         if support is None:
@@ -256,18 +284,28 @@ class HandshakeDialect:
 
     @staticmethod
     def task_json(record: TaskRecord) -> bytes:
-        """:meth:`render_task` as JSON text, written once per record (see
-        :func:`~trio_mcp.protocol.records.wire_form`): the answer to ``tasks/get``, and the
-        params of a status notification."""
+        """:meth:`render_task` as JSON text for ``tasks/get``, written once per record and
+        kept with it (see :func:`~trio_mcp.protocol.records.wire_form`): a polled task is
+        usually polled again."""
         return wire_form(record, _TASK_FORM, _write_task)
 
     def cancelled_json(self, record: TaskRecord, was_terminal: bool) -> bytes | ErrorValue:
-        """:meth:`render_cancelled` with the task as JSON text."""
-        return _cannot_cancel(record) if was_terminal else self.task_json(record)
+        """:meth:`render_cancelled` with the task as JSON text (the text of its status
+        notification, which went out just before)."""
+        if was_terminal:
+            return _cannot_cancel(record)
+        written = self._last_status
+        if written is not None and written[0] is record:
+            return written[1]
+        return wire_form(record, _TASK_FORM, _write_task, keep=False)
 
     def status_json(self, record: TaskRecord) -> bytes:
-        """The whole ``notifications/tasks/status`` message for ``record`` (encoded)."""
-        return encode_notification_json("notifications/tasks/status", self.task_json(record))
+        """The whole ``notifications/tasks/status`` message for ``record`` (encoded). Its
+        task text is not kept with the record (most are never polled) but remembered until
+        the next, for the answer to the cancel that made it."""
+        task = wire_form(record, _TASK_FORM, _write_task, keep=False)
+        self._last_status = (record, task)
+        return _STATUS_PREFIX + task + b"}"
 
     def render_created(self, record: TaskRecord, immediate_response: str | None) -> dict[str, Any]:
         """The ``CreateTaskResult`` answering a task-augmented request: ``{"task": …}``. (The

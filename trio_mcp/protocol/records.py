@@ -193,10 +193,12 @@ def task_fields(record: TaskRecord, *, ttl_key: str, poll_interval_key: str) -> 
     return task
 
 
-def wire_form(record: TaskRecord, key: str, write: Callable[[TaskRecord], bytes]) -> bytes:
-    """``write(record)``, kept with the record under ``key``: a record answered many times
-    (polled, or sent as a status notification and then as the answer to the cancel that
-    made it) is written once. One form is kept per record; another key replaces it.
+def wire_form(
+    record: TaskRecord, key: str, write: Callable[[TaskRecord], bytes], *, keep: bool = True
+) -> bytes:
+    """``write(record)``, kept with the record under ``key`` (unless ``keep`` is false): a
+    record answered many times (a task polled until it ends) is written once. One form is
+    kept per record; another key replaces it.
 
     >>> record = new_record("t1", "alice", now=0.0, ttl_ms=1000, poll_interval_ms=None)
     >>> calls = []
@@ -208,7 +210,8 @@ def wire_form(record: TaskRecord, key: str, write: Callable[[TaskRecord], bytes]
     if kept is not None and kept[0] == key:
         return kept[1]
     data = write(record)
-    object.__setattr__(record, "_wire", (key, data))  # a cache, not state: eq and JSON ignore it
+    if keep:
+        object.__setattr__(record, "_wire", (key, data))  # a cache, not state: eq and JSON ignore it
     return data
 
 
