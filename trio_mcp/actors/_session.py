@@ -69,7 +69,7 @@ from ._receiver import Rendered, Renderer, Started, TaskReceiver
 from ._requestor import TaskRequestor
 from .runtime import MailboxFull, Reply, ask
 from .supervisor import Remove, Route, TaskSupervisor, Unwatch, Watch
-from .task_actor import Poll, TaskActor
+from .task_actor import Poll, StagedWork, TaskActor
 
 log = logging.getLogger("trio_mcp")
 
@@ -113,6 +113,12 @@ class ToolEntry(Protocol):
     def immediate_response(self) -> str | None: ...
 
     def call(self, arguments: dict[str, Any] | None, call: ToolCall) -> Awaitable[CallToolResult]: ...
+
+    def start(self, arguments: dict[str, Any] | None, call: ToolCall) -> Awaitable[Any] | CallToolResult: ...
+
+    def finish(self, value: Any) -> CallToolResult: ...
+
+    def failed(self, exc: Exception) -> CallToolResult: ...
 
 
 class Service(Protocol):
@@ -348,9 +354,11 @@ class ToolCall:
         return await self.session.client_tasks.create(method, params, ttl_ms)
 
 
-class _ToolWork:
+class _ToolWork(StagedWork):
     """A task's work: run the tool with its arguments, settle its result in the creating
-    era's terms. A small object rather than a closure: every live task keeps one."""
+    era's terms. A small object rather than a closure: every live task keeps one. Staged
+    (see :class:`StagedWork`): while the tool runs, its coroutine is awaited by the task's
+    actor directly."""
 
     __slots__ = ("arguments", "entry", "mrtr", "progress_token", "scope", "session")
 
@@ -370,11 +378,19 @@ class _ToolWork:
         self.scope = scope
         self.mrtr = mrtr
 
-    async def __call__(self, actor: TaskActor) -> TaskOutcome:
+    def start(self, actor: TaskActor) -> Awaitable[Any] | TaskOutcome:
         call = ToolCall(self.session, self.progress_token, actor, self.scope, self.mrtr)
-        running = self.entry.call(self.arguments, call)
-        self.arguments = None  # the tool has them now: not kept for the task's whole life
-        return self.scope.settle_tool_result(await running)
+        arguments, self.arguments = self.arguments, None  # the tool has them now: not kept
+        running = self.entry.start(arguments, call)
+        if isinstance(running, CallToolResult):
+            return self.scope.settle_tool_result(running)
+        return running
+
+    def finish(self, value: Any) -> TaskOutcome:
+        return self.scope.settle_tool_result(self.entry.finish(value))
+
+    def fail(self, exc: Exception) -> TaskOutcome:
+        return self.scope.settle_tool_result(self.entry.failed(exc))
 
 
 class SessionActor(Endpoint):
@@ -865,9 +881,7 @@ class SessionActor(Endpoint):
         immediate = self.service.tools[command.name].immediate_response
         return self.receiver.start_create(self._task_work(command, scope), command.ttl_ms, immediate, scope)
 
-    def _task_work(
-        self, command: CallTool, scope: Scope, mrtr: InputNeeded | None = None
-    ) -> Callable[[TaskActor], Awaitable[TaskOutcome]]:
+    def _task_work(self, command: CallTool, scope: Scope, mrtr: InputNeeded | None = None) -> _ToolWork:
         entry = self.service.tools[command.name]
         return _ToolWork(self, entry, command.arguments, command.progress_token, scope, mrtr)
 

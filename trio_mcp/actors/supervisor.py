@@ -293,6 +293,9 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self._owner_of: dict[str, str] = {}
         self._timer = trio.CancelScope()
         self._nursery: trio.Nursery | None = None
+        # Bound once: every live actor keeps these (a bound method made per actor is 64 bytes).
+        self._on_change = self._changed
+        self._crash_reporter = self._on_crash
 
     def live_count(self, owner: str) -> int:
         """Non-terminal tasks of ``owner`` running in this process."""
@@ -441,7 +444,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             record,
             message.work,
             clock=self.wall_clock,
-            on_change=self._changed,
+            on_change=self._on_change,
             watcher=message.watcher,
             tracer=self.tracer,
             max_result_bytes=self.limits.max_result_bytes,
@@ -450,10 +453,14 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self.tracer("task.created", {"task_id": task_id, "status": record.status.value, "ttl": ttl})
             self.tracer("actor.start", {"actor": "TaskActor", "name": task_id})
         self._actors[task_id] = actor
-        self._live.setdefault(message.owner, set()).add(task_id)
+        owner = message.owner
+        live = self._live.get(owner)
+        if live is None:
+            live = self._live[owner] = set()
+        live.add(task_id)
         self._live_total += 1
-        self._kept[message.owner] = self._kept.get(message.owner, 0) + 1
-        self._owner_of[task_id] = message.owner
+        self._kept[owner] = self._kept.get(owner, 0) + 1
+        self._owner_of[task_id] = owner
         deadline = trio.current_time() + ttl / 1000
         self._deadline_of[task_id] = deadline
         heapq.heappush(self._deadlines, (deadline, task_id))
@@ -514,7 +521,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         it was removed meanwhile."""
         actor = self._actors.get(task_id)
         if actor is not None and actor.owner == owner and self._nursery is not None:
-            self._nursery.start_soon(actor.run_work, self._on_crash)
+            self._nursery.start_soon(actor.run_work, self._crash_reporter)
 
     def _answer_record(
         self, record: TaskRecord | None, owner: str, inner: Poll | AwaitResult | Cancel | ProvideInput
@@ -540,7 +547,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         if actor is not None and actor.owner == message.owner:
             if isinstance(inner, Start):
                 assert self._nursery is not None
-                self._nursery.start_soon(actor.run_work, self._on_crash)
+                self._nursery.start_soon(actor.run_work, self._crash_reporter)
             else:
                 self._deliver(actor, inner)
             return

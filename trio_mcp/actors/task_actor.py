@@ -41,6 +41,7 @@ __all__ = [
     "Cancel",
     "Poll",
     "ProvideInput",
+    "StagedWork",
     "Start",
     "Stop",
     "TaskActor",
@@ -99,7 +100,27 @@ class Stop:
 
 TaskMessage = Start | Poll | AwaitResult | Cancel | ProvideInput | Stop
 
-Work = Callable[["TaskActor"], Awaitable[TaskOutcome]]
+
+class StagedWork:
+    """Work in three parts, so that no frame of the runtime's sits between the task's actor
+    and the running work (each would be kept for the task's whole life): :meth:`start`
+    never waits and returns what to await (or the outcome at once); what that returns goes
+    to :meth:`finish`, an exception (not McpError, not a cancellation) to :meth:`fail`."""
+
+    __slots__ = ()
+
+    def start(self, actor: TaskActor) -> Awaitable[Any] | TaskOutcome:
+        raise NotImplementedError
+
+    def finish(self, value: Any) -> TaskOutcome:
+        raise NotImplementedError
+
+    def fail(self, exc: Exception) -> TaskOutcome:
+        raise NotImplementedError
+
+
+Work = Callable[["TaskActor"], Awaitable[TaskOutcome]] | StagedWork
+"""A task's work: an async function of its actor returning the outcome, or :class:`StagedWork`."""
 
 
 class TaskActor:
@@ -269,7 +290,22 @@ class TaskActor:
         try:
             with self._scope:
                 try:
-                    outcome = await self._work(self)
+                    work = self._work
+                    if isinstance(work, StagedWork):
+                        started = work.start(self)
+                        if isinstance(started, TaskOutcome):
+                            outcome = started
+                        else:
+                            try:
+                                value = await started
+                            except McpError:
+                                raise
+                            except Exception as exc:
+                                outcome = work.fail(exc)
+                            else:
+                                outcome = work.finish(value)
+                    else:
+                        outcome = await work(self)
                 except McpError as exc:
                     outcome = TaskOutcome.from_error(exc.value)
                 except Exception as exc:

@@ -72,7 +72,8 @@ def check_transition(old: TaskStatus, new: TaskStatus) -> None:
 
 def format_timestamp(epoch_seconds: float) -> str:
     """ISO 8601 in UTC with milliseconds, as tasks carry them (truncated to the millisecond,
-    as ``datetime.isoformat`` does). The date and time of recent whole seconds are kept, so
+    as ``datetime.isoformat`` does). Recent results are kept (a task's creation time is
+    written again when it changes), and so is the date and time of recent whole seconds, so
     formatting the many timestamps of one second costs a lookup and an f-string.
 
     >>> format_timestamp(0)
@@ -80,8 +81,9 @@ def format_timestamp(epoch_seconds: float) -> str:
     >>> format_timestamp(1_700_000_000.9999)
     '2023-11-14T22:13:20.999Z'
     """
-    if epoch_seconds == _last_formatted[0]:  # a new task's two times, a record rendered twice
-        return _last_formatted[1]
+    text = _formatted.get(epoch_seconds)
+    if text is not None:
+        return text
     fraction, whole = math.modf(epoch_seconds)  # split and rounded as datetime does
     second, micro = int(whole), round(fraction * 1_000_000)
     if micro >= 1_000_000:
@@ -95,10 +97,13 @@ def format_timestamp(epoch_seconds: float) -> str:
         prefix = datetime.datetime.fromtimestamp(second, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
         _seconds[second] = prefix
     text = f"{prefix}.{micro // 1000:03d}Z"
-    globals()["_last_formatted"] = (epoch_seconds, text)
+    if len(_formatted) >= _FORMATTED_KEPT:
+        _formatted.clear()
+    _formatted[epoch_seconds] = text
     return text
 
 
 _SECONDS_KEPT = 4096
 _seconds: dict[int, str] = {}  # whole seconds already formatted (tasks made in the same second)
-_last_formatted: tuple[float, str] = (math.nan, "")
+_FORMATTED_KEPT = 4096
+_formatted: dict[float, str] = {}  # recent timestamps already formatted (bounded: cleared when full)

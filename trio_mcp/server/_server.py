@@ -96,29 +96,48 @@ class RegisteredTool:
     async def call(self, arguments: dict[str, Any] | None, call: ToolCall) -> CallToolResult:
         """Validate and run. Bad arguments and tool exceptions become ``isError`` results;
         an :class:`McpError` raised by the tool stays a protocol error."""
+        running = self.start(arguments, call)
+        del arguments  # not kept by this frame while the tool runs
+        if isinstance(running, CallToolResult):
+            return running
+        try:
+            value = await running
+        except McpError:
+            raise
+        except Exception as exc:
+            return self.failed(exc)
+        return self.finish(value)
+
+    def start(self, arguments: dict[str, Any] | None, call: ToolCall) -> Awaitable[Any] | CallToolResult:
+        """The first part of :meth:`call`, which never waits: the tool's running coroutine,
+        or the ``isError`` result for bad arguments. Await the coroutine, then hand what it
+        returns to :meth:`finish` (an exception other than McpError to :meth:`failed`).
+
+        A task runs its tool in these parts, so that no frame of ours sits between the task's
+        actor and the tool while it runs (each would be kept for the task's whole life)."""
         try:
             kwargs = self.spec.validate(arguments) if self.spec is not None else dict(arguments or {})
         except ArgumentError as exc:
             return error_result(f"Invalid arguments for tool '{self.name}': {exc}")
         if self.context_param is not None:
             kwargs[self.context_param] = Context(call)
-        # Neither the JSON arguments nor the keyword dict stay referenced from this frame while
-        # the tool runs (a long task would keep both for its whole life).
-        del arguments
         try:
-            running = self.fn(**kwargs)
-            del kwargs
-            value = await running
-        except McpError:
-            raise
-        except Exception as exc:
-            log.warning("tool %s raised %r", self.name, exc, exc_info=exc)
-            return error_result(str(exc) or type(exc).__name__)
+            return self.fn(**kwargs)
+        except Exception as exc:  # raised before it could run (a callable that is not async)
+            return self.failed(exc)
+
+    def finish(self, value: Any) -> CallToolResult:
+        """The result for what the tool returned (an ``isError`` one if JSON cannot hold it)."""
         try:
             return to_result(value)
         except (TypeError, ValueError) as exc:  # a bug in the tool: say so loudly, answer isError
             log.error("tool %s returned a value that is not JSON: %r", self.name, exc, exc_info=exc)
             return error_result(f"Tool '{self.name}' returned a value that cannot be sent as JSON: {exc}")
+
+    def failed(self, exc: Exception) -> CallToolResult:
+        """The ``isError`` result for an exception the tool raised (not McpError)."""
+        log.warning("tool %s raised %r", self.name, exc, exc_info=exc)
+        return error_result(str(exc) or type(exc).__name__)
 
 
 _CONTENT_CLASSES = (TextContent, ImageContent, AudioContent, ResourceLink, EmbeddedResource)
