@@ -7,13 +7,20 @@
 - task ids come from a buffered ``os.urandom`` and stay unique and 24 characters;
 - a task query about a task whose actor lives here is answered at once, in the asker's Trio
   task (no scheduler round trip through the supervisor); a started task's work begins without
-  one either.
+  one either; ``TaskSupervisor.current`` reads what a Poll would be answered without a
+  message; the memory store takes changes and creations at once, keeping mailbox order;
+- a running tool is awaited by its task's actor directly (no frame of ours in between);
+- a record's wire form is written once and a changed record starts without it; a status
+  notification and the cancel answer after it share one writing;
+- ``tools/call`` and task-query params of the common shape are read directly, exactly as the
+  converter reads them.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime
+import inspect
 import json
 import math
 from typing import Any
@@ -26,11 +33,15 @@ from hypothesis import strategies as st
 
 from trio_mcp.actors.runtime import Reply
 from trio_mcp.actors.store import MemoryTaskStore
-from trio_mcp.actors.supervisor import CreateTask, Route, TaskSupervisor, _TaskIds
+from trio_mcp.actors.supervisor import NOT_FOUND, CreateTask, ListTasks, Route, TaskSupervisor, _TaskIds
 from trio_mcp.actors.task_actor import AwaitResult, Cancel, Poll, TaskActor
-from trio_mcp.protocol import _json
+from trio_mcp.protocol import _json, jsonrpc
+from trio_mcp.protocol.commands import GetTask
+from trio_mcp.protocol.converter import structure
 from trio_mcp.protocol.errors import McpError
-from trio_mcp.protocol.records import TaskOutcome, TaskRecord
+from trio_mcp.protocol.handshake import HandshakeDialect, call_tool_params
+from trio_mcp.protocol.messages import CallToolParams, TaskIdParams
+from trio_mcp.protocol.records import TaskOutcome, TaskRecord, new_record
 from trio_mcp.protocol.tasks import TaskStatus, format_timestamp
 
 json_values = st.recursive(
@@ -164,3 +175,172 @@ async def test_a_store_that_cannot_be_read_at_once_is_asked_through_the_mailbox(
         with pytest.raises(McpError):
             await poll.wait()
         nursery.cancel_scope.cancel()
+
+
+# -- answered without a message, stored without one, created without one ---------------------
+async def test_current_reads_the_record_a_poll_would_be_answered_with(autojump_clock: Any) -> None:
+    supervisor = TaskSupervisor()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        record = await _created(supervisor)
+        supervisor.start_work("alice", record.task_id)
+        await trio.testing.wait_all_tasks_blocked()
+        current = supervisor.current("alice", record.task_id)
+        assert isinstance(current, TaskRecord) and current.status == TaskStatus.WORKING
+        assert supervisor.current("mallory", record.task_id) == NOT_FOUND  # foreign looks missing
+        assert supervisor.current("alice", "no-such-task") == NOT_FOUND
+        cancel: Reply[tuple[TaskRecord, bool]] = Reply()
+        supervisor.deliver(Route("alice", record.task_id, Cancel(cancel)))
+        # The memory store took the final record at once: the task is a record already.
+        assert supervisor.actor(record.task_id) is None
+        ended = supervisor.current("alice", record.task_id)
+        assert isinstance(ended, TaskRecord) and ended.status == TaskStatus.CANCELLED
+        assert ended == (await cancel.wait())[0]
+        nursery.cancel_scope.cancel()
+
+
+async def test_current_defers_to_the_mailbox_for_a_store_that_waits(autojump_clock: Any) -> None:
+    class SlowStore(MemoryTaskStore):
+        peek = None  # type: ignore[assignment]  # like a durable store: reads wait
+
+    supervisor = TaskSupervisor(store=SlowStore())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        assert supervisor.current("alice", "unknown") is None
+        record = await _created(supervisor)
+        assert supervisor.current("alice", record.task_id) == record  # its actor is here
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_creation_is_made_at_once_unless_messages_wait_before_it(autojump_clock: Any) -> None:
+    async def work(actor: TaskActor) -> TaskOutcome:
+        return TaskOutcome(result={"content": []})
+
+    supervisor = TaskSupervisor()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        first: Reply[TaskRecord] = Reply()
+        supervisor.create(CreateTask("alice", work, None, None, first))
+        assert first.answered  # the memory store never waits: made in this Trio task
+        listed: Reply[tuple[list[TaskRecord], str | None]] = Reply()
+        supervisor.tell(ListTasks("alice", None, listed))
+        second: Reply[TaskRecord] = Reply()
+        supervisor.create(CreateTask("alice", work, None, None, second))
+        assert not second.answered  # the list asked before it is answered first (FIFO)
+        made = await second.wait()
+        page, _ = await listed.wait()
+        assert [r.task_id for r in page] == [(await first.wait()).task_id]  # not the later task
+        assert supervisor.current("alice", made.task_id) == made
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_running_tool_is_awaited_by_the_task_actor_itself(autojump_clock: Any) -> None:
+    """No frame of the runtime sits between a task's actor and its tool while the tool runs:
+    each would be kept for the task's whole life (the memory per live task)."""
+    from trio_mcp import Server
+    from trio_mcp.client import connect_in_memory
+
+    callers: list[str] = []
+    server = Server("frames")
+
+    @server.tool(task_support="optional")
+    async def probe() -> str:
+        frame = inspect.currentframe()
+        assert frame is not None and frame.f_back is not None
+        callers.append(frame.f_back.f_code.co_qualname)
+        return "ok"
+
+    async with connect_in_memory(server) as client:
+        created = await client.call_tool_as_task("probe", {})
+        result = await client.task_result(created.task.task_id)
+    assert result.text == "ok"
+    assert callers == ["TaskActor.run_work"]
+
+
+def test_reading_a_failed_reply_again_grows_no_traceback() -> None:
+    reply: Reply[int] = Reply()
+    reply.fail(ValueError("no"))
+    depths = []
+    for _ in range(3):
+        with pytest.raises(ValueError) as caught:
+            reply.unwrap()
+        depth, tb = 0, caught.value.__traceback__
+        while tb is not None:
+            depth, tb = depth + 1, tb.tb_next
+        depths.append(depth)
+    assert depths[0] == depths[1] == depths[2]
+
+
+def test_a_record_keeps_its_wire_form_and_a_change_starts_without_it() -> None:
+    dialect = HandshakeDialect()
+    record = new_record("t1", "alice", now=1_700_000_000.25, ttl_ms=1000, poll_interval_ms=500)
+    text = dialect.task_json(record)
+    assert dialect.task_json(record) is text  # written once
+    assert json.loads(text) == dialect.render_task(record)
+    done = record.settle(TaskOutcome(result={"content": []}), now=1_700_000_001.5)
+    assert done._wire is None and done != record
+    assert json.loads(dialect.task_json(done))["status"] == "completed"
+    assert json.loads(dialect.task_json(done))["lastUpdatedAt"] == "2023-11-14T22:13:21.500Z"
+    assert record == new_record("t1", "alice", now=1_700_000_000.25, ttl_ms=1000, poll_interval_ms=500)
+
+
+def test_a_status_notification_and_the_cancel_answer_after_it_share_one_writing() -> None:
+    dialect = HandshakeDialect()
+    record = new_record("t1", "alice", now=5.0, ttl_ms=1000, poll_interval_ms=None)
+    cancelled = record.settle(TaskOutcome(failed=True, message="stop"), now=6.0, status=TaskStatus.CANCELLED)
+    notification = dialect.status_json(cancelled)
+    assert cancelled._wire is None  # a notification's text is not kept with the record
+    answer = dialect.cancelled_json(cancelled, was_terminal=False)
+    assert isinstance(answer, bytes) and notification.endswith(answer + b"}")
+    assert json.loads(notification) == {
+        "jsonrpc": "2.0",
+        "method": "notifications/tasks/status",
+        "params": dialect.render_task(cancelled),
+    }
+    refused = dialect.cancelled_json(cancelled, was_terminal=True)
+    assert refused == dialect.render_cancelled(cancelled, was_terminal=True)
+
+
+call_params = st.dictionaries(
+    st.sampled_from(["name", "arguments", "task", "_meta", "other"]),
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 3)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=3)
+    | st.dictionaries(
+        st.sampled_from(["ttl", "text", "progressToken", "x"]),
+        st.none() | st.integers() | st.text(max_size=2) | st.booleans(),
+        max_size=2,
+    )
+    | st.lists(st.integers(), max_size=2),
+    max_size=4,
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(call_params | st.none())
+def test_tools_call_params_read_directly_as_the_converter_reads_them(params: Any) -> None:
+    def read(reader: Any) -> Any:
+        try:
+            return reader(params)
+        except McpError as exc:
+            return (exc.code, exc.message)
+
+    assert read(call_tool_params) == read(lambda p: structure(p, CallToolParams))
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"taskId": "t"}, {"taskId": 5}, {"taskId": "t", "_meta": {}}, {"taskId": "t", "_meta": 3}, {}, None],
+)
+def test_task_query_params_read_directly_as_the_converter_reads_them(params: Any) -> None:
+    dialect = HandshakeDialect()
+    dialect.version = "2025-11-25"
+    request = jsonrpc.Request(1, "tasks/get", params)
+    got = dialect.interpret(request, lambda name: None)
+    try:
+        expected: Any = GetTask(structure(params, TaskIdParams).task_id)
+    except McpError as exc:
+        expected = exc.value
+    assert got == expected
