@@ -162,10 +162,11 @@ async def test_queries_about_a_live_task_are_answered_before_any_checkpoint(auto
         nursery.cancel_scope.cancel()
 
 
-async def test_a_store_that_cannot_be_read_at_once_is_asked_through_the_mailbox(autojump_clock: Any) -> None:
-    class SlowStore(MemoryTaskStore):
-        peek = None  # type: ignore[assignment]  # like a durable store: reads wait
+class SlowStore(MemoryTaskStore):
+    peek = None  # type: ignore[assignment]  # like a durable store: reads wait
 
+
+async def test_a_store_that_cannot_be_read_at_once_is_asked_through_the_mailbox(autojump_clock: Any) -> None:
     supervisor = TaskSupervisor(store=SlowStore())
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.run)
@@ -200,9 +201,6 @@ async def test_current_reads_the_record_a_poll_would_be_answered_with(autojump_c
 
 
 async def test_current_defers_to_the_mailbox_for_a_store_that_waits(autojump_clock: Any) -> None:
-    class SlowStore(MemoryTaskStore):
-        peek = None  # type: ignore[assignment]  # like a durable store: reads wait
-
     supervisor = TaskSupervisor(store=SlowStore())
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.run)
