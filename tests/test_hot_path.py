@@ -342,3 +342,29 @@ def test_task_query_params_read_directly_as_the_converter_reads_them(params: Any
     except McpError as exc:
         expected = exc.value
     assert got == expected
+
+
+async def test_result_waiters_whose_askers_gave_up_are_not_kept(autojump_clock: Any) -> None:
+    """A client asking for a long task's result and cancelling the request, again and again,
+    grows nothing: the task keeps only waiters someone still waits on."""
+    supervisor = TaskSupervisor()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        record = await _created(supervisor)
+        supervisor.start_work("alice", record.task_id)
+        kept: Reply[TaskOutcome] = Reply()
+        supervisor.deliver(Route("alice", record.task_id, AwaitResult(kept)))
+        for _ in range(1000):
+            reply: Reply[TaskOutcome] = Reply()
+            supervisor.deliver(Route("alice", record.task_id, AwaitResult(reply)))
+            with trio.move_on_after(1):
+                await reply.wait()
+            assert reply.abandoned
+        actor = supervisor.actor(record.task_id)
+        assert actor is not None and actor._waiters is not None
+        assert len(actor._waiters) <= 16
+        assert kept in actor._waiters  # the one still waited on stays
+        cancel: Reply[tuple[TaskRecord, bool]] = Reply()
+        supervisor.deliver(Route("alice", record.task_id, Cancel(cancel)))
+        assert kept.answered
+        nursery.cancel_scope.cancel()

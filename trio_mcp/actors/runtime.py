@@ -133,7 +133,7 @@ class Reply(Generic[T]):
     attribute read, with no outcome objects in between.
     """
 
-    __slots__ = ("_callback", "_error", "_state", "_value", "_waiter")
+    __slots__ = ("_abandoned", "_callback", "_error", "_state", "_value", "_waiter")
 
     def __init__(self) -> None:
         self._state = _WAITING
@@ -141,6 +141,13 @@ class Reply(Generic[T]):
         self._error: BaseException | None = None
         self._waiter: trio.lowlevel.Task | None = None
         self._callback: Callable[[Reply[T]], None] | None = None
+        self._abandoned = False
+
+    @property
+    def abandoned(self) -> bool:
+        """Whether its asker was cancelled while waiting (nobody will read the answer): an
+        actor keeping replies to answer later may drop it."""
+        return self._abandoned
 
     def then(self, callback: Callable[[Reply[T]], None]) -> None:
         """Run ``callback(reply)`` when the answer arrives (at once if it already has), in
@@ -191,6 +198,7 @@ class Reply(Generic[T]):
 
             def abort(_: Any) -> trio.lowlevel.Abort:
                 self._waiter = None
+                self._abandoned = True
                 return trio.lowlevel.Abort.SUCCEEDED
 
             await trio.lowlevel.wait_task_rescheduled(abort)

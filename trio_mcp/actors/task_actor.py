@@ -56,6 +56,10 @@ _CANCELLED_BY_REQUEST = TaskOutcome(error=CANCELLED, failed=True, message=_BY_RE
 """Every task cancelled by ``tasks/cancel`` ends with this outcome (a frozen value: shared)."""
 
 
+_PRUNE_FROM = 8
+"""``tasks/result`` waiters a task keeps before it first drops abandoned ones."""
+
+
 # Messages. Each carries its own reply slot where an answer is due.
 @attrs.frozen
 class Start:
@@ -346,9 +350,14 @@ class TaskActor:
             if outcome is not None:
                 message.reply.send(outcome)
             else:
-                if self._waiters is None:
-                    self._waiters = []
-                self._waiters.append(message.reply)
+                waiters = self._waiters
+                if waiters is None:
+                    waiters = self._waiters = []
+                elif len(waiters) >= _PRUNE_FROM and not len(waiters) & (len(waiters) - 1):
+                    # At each power of two, drop waiters whose askers gave up: a client that
+                    # asks for the result and cancels, again and again, grows nothing.
+                    waiters[:] = [waiter for waiter in waiters if not waiter.abandoned]
+                waiters.append(message.reply)
         elif isinstance(message, Cancel):
             if self.record.is_terminal:
                 message.reply.send((self.record, True))
