@@ -10,8 +10,8 @@
   one either; ``TaskSupervisor.current`` reads what a Poll would be answered without a
   message; the memory store takes changes and creations at once, keeping mailbox order;
 - a running tool is awaited by its task's actor directly (no frame of ours in between);
-- a record's wire form is written once and a changed record starts without it; a status
-  notification and the cancel answer after it share one writing;
+- a record's times are formatted once per change; a status notification and the cancel
+  answer after it share one writing;
 - ``tools/call`` and task-query params of the common shape are read directly, exactly as the
   converter reads them.
 """
@@ -41,7 +41,7 @@ from trio_mcp.protocol.converter import structure
 from trio_mcp.protocol.errors import McpError
 from trio_mcp.protocol.handshake import HandshakeDialect, call_tool_params
 from trio_mcp.protocol.messages import CallToolParams, TaskIdParams
-from trio_mcp.protocol.records import TaskOutcome, TaskRecord, new_record
+from trio_mcp.protocol.records import TaskOutcome, TaskRecord, new_record, record_to_json
 from trio_mcp.protocol.tasks import TaskStatus, format_timestamp
 
 json_values = st.recursive(
@@ -269,17 +269,20 @@ def test_reading_a_failed_reply_again_grows_no_traceback() -> None:
     assert depths[0] == depths[1] == depths[2]
 
 
-def test_a_record_keeps_its_wire_form_and_a_change_starts_without_it() -> None:
-    dialect = HandshakeDialect()
+def test_a_record_formats_its_times_once_and_a_change_only_its_new_time() -> None:
     record = new_record("t1", "alice", now=1_700_000_000.25, ttl_ms=1000, poll_interval_ms=500)
-    text = dialect.task_json(record)
-    assert dialect.task_json(record) is text  # written once
-    assert json.loads(text) == dialect.render_task(record)
+    created = record.created_text
+    assert created == "2023-11-14T22:13:20.250Z"
+    assert record.created_text is created and record.updated_text is created  # formatted once
     done = record.settle(TaskOutcome(result={"content": []}), now=1_700_000_001.5)
-    assert done._wire is None and done != record
-    assert json.loads(dialect.task_json(done))["status"] == "completed"
-    assert json.loads(dialect.task_json(done))["lastUpdatedAt"] == "2023-11-14T22:13:21.500Z"
+    assert done.created_text is created  # carried over, not formatted again
+    assert done.updated_text == "2023-11-14T22:13:21.500Z"
+    task = HandshakeDialect.render_task(done)
+    assert (task["createdAt"], task["lastUpdatedAt"]) == (created, done.updated_text)
+    assert json.loads(HandshakeDialect.task_json(done)) == task
+    # The texts are caches: equality and the stored JSON form ignore them.
     assert record == new_record("t1", "alice", now=1_700_000_000.25, ttl_ms=1000, poll_interval_ms=500)
+    assert "createdText" not in json.dumps(record_to_json(done))
 
 
 def test_a_status_notification_and_the_cancel_answer_after_it_share_one_writing() -> None:
@@ -287,9 +290,9 @@ def test_a_status_notification_and_the_cancel_answer_after_it_share_one_writing(
     record = new_record("t1", "alice", now=5.0, ttl_ms=1000, poll_interval_ms=None)
     cancelled = record.settle(TaskOutcome(failed=True, message="stop"), now=6.0, status=TaskStatus.CANCELLED)
     notification = dialect.status_json(cancelled)
-    assert cancelled._wire is None  # a notification's text is not kept with the record
     answer = dialect.cancelled_json(cancelled, was_terminal=False)
     assert isinstance(answer, bytes) and notification.endswith(answer + b"}")
+    assert dialect.cancelled_json(cancelled, was_terminal=False) is answer  # written once
     assert json.loads(notification) == {
         "jsonrpc": "2.0",
         "method": "notifications/tasks/status",

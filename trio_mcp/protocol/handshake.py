@@ -51,7 +51,7 @@ from .messages import (
     TaskMetadata,
     TaskSupport,
 )
-from .records import TaskOutcome, TaskRecord, task_fields, wire_form
+from .records import TaskOutcome, TaskRecord, task_fields
 from .surface import SURFACE_METHODS, interpret_surface
 from .versions import has_tasks, negotiate
 
@@ -84,12 +84,7 @@ _TASK_QUERIES: dict[str, type[GetTask | CancelTask | AwaitTaskResult]] = {
 }
 
 
-_TASK_FORM = "2025-11-25 Task"
 _STATUS_PREFIX = encode_notification_json("notifications/tasks/status", b"")[:-1]
-
-
-def _write_task(record: TaskRecord) -> bytes:
-    return _json.dumps(HandshakeDialect.render_task(record))
 
 
 def _cannot_cancel(record: TaskRecord) -> ErrorValue:
@@ -284,26 +279,24 @@ class HandshakeDialect:
 
     @staticmethod
     def task_json(record: TaskRecord) -> bytes:
-        """:meth:`render_task` as JSON text for ``tasks/get``, written once per record and
-        kept with it (see :func:`~trio_mcp.protocol.records.wire_form`): a polled task is
-        usually polled again."""
-        return wire_form(record, _TASK_FORM, _write_task)
+        """:meth:`render_task` as JSON text (the answer to ``tasks/get``)."""
+        return _json.dumps(task_fields(record, ttl_key="ttl", poll_interval_key="pollInterval"))
 
     def cancelled_json(self, record: TaskRecord, was_terminal: bool) -> bytes | ErrorValue:
-        """:meth:`render_cancelled` with the task as JSON text (the text of its status
-        notification, which went out just before)."""
+        """:meth:`render_cancelled` with the task as JSON text: the text of its status
+        notification, which went out just before, when there was one."""
         if was_terminal:
             return _cannot_cancel(record)
         written = self._last_status
         if written is not None and written[0] is record:
             return written[1]
-        return wire_form(record, _TASK_FORM, _write_task, keep=False)
+        return self.task_json(record)
 
     def status_json(self, record: TaskRecord) -> bytes:
-        """The whole ``notifications/tasks/status`` message for ``record`` (encoded). Its
-        task text is not kept with the record (most are never polled) but remembered until
-        the next, for the answer to the cancel that made it."""
-        task = wire_form(record, _TASK_FORM, _write_task, keep=False)
+        """The whole ``notifications/tasks/status`` message for ``record`` (encoded). The
+        task's text is remembered until the next one, for the answer to the cancel that
+        made it."""
+        task = self.task_json(record)
         self._last_status = (record, task)
         return _STATUS_PREFIX + task + b"}"
 

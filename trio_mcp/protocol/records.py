@@ -17,7 +17,6 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -35,7 +34,6 @@ __all__ = [
     "record_to_json",
     "record_to_text",
     "task_fields",
-    "wire_form",
 ]
 
 
@@ -100,9 +98,31 @@ class TaskRecord:
     outcome: TaskOutcome | None = None
     input_requests: dict[str, Any] = attrs.Factory(dict)
     version: int = 0
-    _wire: tuple[str, bytes] | None = attrs.field(default=None, init=False, eq=False, repr=False)
-    """One wire form of this record kept once written (see :func:`wire_form`); every change
-    makes a new record, which starts without one."""
+    # Caches, not state (equality and the JSON form ignore them), filled when first needed:
+    # the two times as ISO text, formatted once per change rather than once per answer.
+    _created_text: str | None = attrs.field(default=None, init=False, eq=False, repr=False)
+    _updated_text: str | None = attrs.field(default=None, init=False, eq=False, repr=False)
+
+    @property
+    def created_text(self) -> str:
+        """``created_at`` in ISO 8601 (UTC, milliseconds), formatted once."""
+        text = self._created_text
+        if text is None:
+            text = format_timestamp(self.created_at)
+            object.__setattr__(self, "_created_text", text)
+        return text
+
+    @property
+    def updated_text(self) -> str:
+        """``last_updated_at`` in ISO 8601 (UTC, milliseconds), formatted once."""
+        text = self._updated_text
+        if text is None:
+            if self.last_updated_at == self.created_at:
+                text = self.created_text
+            else:
+                text = format_timestamp(self.last_updated_at)
+            object.__setattr__(self, "_updated_text", text)
+        return text
 
     @property
     def is_terminal(self) -> bool:
@@ -117,7 +137,8 @@ class TaskRecord:
         requests: dict[str, Any],
     ) -> TaskRecord:
         # The next version, built directly (this is every task change: attrs.evolve costs more).
-        return TaskRecord(
+        # Its creation time is already formatted if this one's was.
+        changed = TaskRecord(
             self.task_id,
             self.owner,
             status,
@@ -131,6 +152,8 @@ class TaskRecord:
             requests,
             self.version + 1,
         )
+        object.__setattr__(changed, "_created_text", self._created_text)
+        return changed
 
     def transition(self, status: TaskStatus, message: str | None, *, now: float) -> TaskRecord:
         """The record after a legal status change (:class:`InvalidTransition` otherwise)."""
@@ -182,8 +205,8 @@ def task_fields(record: TaskRecord, *, ttl_key: str, poll_interval_key: str) -> 
     task: dict[str, Any] = {
         "taskId": record.task_id,
         "status": record.status.value,
-        "createdAt": format_timestamp(record.created_at),
-        "lastUpdatedAt": format_timestamp(record.last_updated_at),
+        "createdAt": record.created_text,
+        "lastUpdatedAt": record.updated_text,
         ttl_key: record.ttl_ms,
     }
     if record.status_message is not None:
@@ -191,28 +214,6 @@ def task_fields(record: TaskRecord, *, ttl_key: str, poll_interval_key: str) -> 
     if record.poll_interval_ms is not None:
         task[poll_interval_key] = record.poll_interval_ms
     return task
-
-
-def wire_form(
-    record: TaskRecord, key: str, write: Callable[[TaskRecord], bytes], *, keep: bool = True
-) -> bytes:
-    """``write(record)``, kept with the record under ``key`` (unless ``keep`` is false): a
-    record answered many times (a task polled until it ends) is written once. One form is
-    kept per record; another key replaces it.
-
-    >>> record = new_record("t1", "alice", now=0.0, ttl_ms=1000, poll_interval_ms=None)
-    >>> calls = []
-    >>> write = lambda r: calls.append(r) or b"{}"
-    >>> wire_form(record, "k", write), wire_form(record, "k", write), len(calls)
-    (b'{}', b'{}', 1)
-    """
-    kept = record._wire
-    if kept is not None and kept[0] == key:
-        return kept[1]
-    data = write(record)
-    if keep:
-        object.__setattr__(record, "_wire", (key, data))  # a cache, not state: eq and JSON ignore it
-    return data
 
 
 def record_to_json(record: TaskRecord) -> dict[str, Any]:

@@ -72,18 +72,15 @@ def check_transition(old: TaskStatus, new: TaskStatus) -> None:
 
 def format_timestamp(epoch_seconds: float) -> str:
     """ISO 8601 in UTC with milliseconds, as tasks carry them (truncated to the millisecond,
-    as ``datetime.isoformat`` does). Recent results are kept (a task's creation time is
-    written again when it changes), and so is the date and time of recent whole seconds, so
-    formatting the many timestamps of one second costs a lookup and an f-string.
+    as ``datetime.isoformat`` does). The date and time of recent whole seconds are kept, so
+    formatting the many timestamps of one second costs a lookup and an f-string (a task
+    record keeps its times' text: see ``TaskRecord.created_text``).
 
     >>> format_timestamp(0)
     '1970-01-01T00:00:00.000Z'
     >>> format_timestamp(1_700_000_000.9999)
     '2023-11-14T22:13:20.999Z'
     """
-    text = _formatted.get(epoch_seconds)
-    if text is not None:
-        return text
     fraction, whole = math.modf(epoch_seconds)  # split and rounded as datetime does
     second, micro = int(whole), round(fraction * 1_000_000)
     if micro >= 1_000_000:
@@ -96,14 +93,8 @@ def format_timestamp(epoch_seconds: float) -> str:
             _seconds.clear()
         prefix = datetime.datetime.fromtimestamp(second, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
         _seconds[second] = prefix
-    text = f"{prefix}.{micro // 1000:03d}Z"
-    if len(_formatted) >= _FORMATTED_KEPT:
-        _formatted.clear()
-    _formatted[epoch_seconds] = text
-    return text
+    return f"{prefix}.{micro // 1000:03d}Z"
 
 
 _SECONDS_KEPT = 4096
 _seconds: dict[int, str] = {}  # whole seconds already formatted (tasks made in the same second)
-_FORMATTED_KEPT = 4096
-_formatted: dict[float, str] = {}  # recent timestamps already formatted (bounded: cleared when full)
