@@ -6,6 +6,7 @@ era-neutral records and outcomes in the 2024-11-05 … 2025-11-25 wire shapes.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -383,19 +384,24 @@ def test_render_page() -> None:
 def test_status_notification() -> None:
     dialect = open_dialect()
     rec = record()
-    assert dialect.status_notification(rec) == ("notifications/tasks/status", dialect.render_task(rec))
+    assert json.loads(dialect.status_json(rec)) == {
+        "jsonrpc": "2.0",
+        "method": "notifications/tasks/status",
+        "params": dialect.render_task(rec),
+    }
 
 
 def test_render_cancelled_of_a_live_task() -> None:
     dialect = open_dialect()
     cancelled = record().transition(TaskStatus.CANCELLED, "cancelled by the client", now=1_700_000_001.0)
-    assert dialect.render_cancelled(cancelled, was_terminal=False) == dialect.render_task(cancelled)
+    answer = dialect.cancelled_json(cancelled, was_terminal=False)
+    assert isinstance(answer, bytes) and json.loads(answer) == dialect.render_task(cancelled)
 
 
 @pytest.mark.parametrize("status", [TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED])
 def test_render_cancelled_of_a_terminal_task_is_invalid_params(status: TaskStatus) -> None:
     ended = record().transition(status, None, now=1_700_000_001.0)
-    answer = open_dialect().render_cancelled(ended, was_terminal=True)
+    answer = open_dialect().cancelled_json(ended, was_terminal=True)
     assert isinstance(answer, ErrorValue)
     assert answer.code == -32602
     assert f"'{status.value}'" in answer.message

@@ -501,15 +501,15 @@ class SessionActor(Endpoint):
             await self._on_modern(request)
             return
         command = self.dialect.interpret(request, self._tool_support)
-        kind = type(command)
         # The busiest first, by exact type: a task query is answered here and now when its
         # task's record can be read without waiting.
-        if kind is GetTask:
-            await self._get(request, command.task_id, self.dialect)  # type: ignore[union-attr]
-        elif kind is AwaitTaskResult:
-            await self._await_result(request, command.task_id)  # type: ignore[union-attr]
-        elif kind is CancelTask:
-            await self._start(request, lambda: self.receiver.start_cancel(command.task_id))  # type: ignore[union-attr]
+        if type(command) is GetTask:
+            await self._get(request, command.task_id, self.dialect)
+        elif type(command) is AwaitTaskResult:
+            await self._await_result(request, command.task_id)
+        elif type(command) is CancelTask:
+            task_id = command.task_id
+            await self._start(request, lambda: self.receiver.start_cancel(task_id))
         elif isinstance(command, ErrorValue):
             await self.respond_error(request.id, command)
         elif isinstance(command, Ping):

@@ -283,8 +283,9 @@ class HandshakeDialect:
         return _json.dumps(task_fields(record, ttl_key="ttl", poll_interval_key="pollInterval"))
 
     def cancelled_json(self, record: TaskRecord, was_terminal: bool) -> bytes | ErrorValue:
-        """:meth:`render_cancelled` with the task as JSON text: the text of its status
-        notification, which went out just before, when there was one."""
+        """``tasks/cancel``: the cancelled task as JSON text (the text of its status
+        notification, which went out just before, when there was one), or -32602 if it had
+        already ended."""
         if was_terminal:
             return _cannot_cancel(record)
         written = self._last_status
@@ -313,10 +314,6 @@ class HandshakeDialect:
         if next_cursor is not None:
             result["nextCursor"] = next_cursor
         return result
-
-    def render_cancelled(self, record: TaskRecord, was_terminal: bool) -> dict[str, Any] | ErrorValue:
-        """``tasks/cancel``: the cancelled task, or -32602 if it had already ended."""
-        return _cannot_cancel(record) if was_terminal else self.render_task(record)
 
     @staticmethod
     def render_outcome(task_id: str, outcome: TaskOutcome) -> dict[str, Any] | ErrorValue:
@@ -351,9 +348,6 @@ class HandshakeDialect:
     def cacheable(result: dict[str, Any]) -> dict[str, Any]:
         """List and read results as this era writes them: no caching hints."""
         return result
-
-    def status_notification(self, record: TaskRecord) -> tuple[str, dict[str, Any]]:
-        return "notifications/tasks/status", self.render_task(record)
 
     # -- what the server may send ------------------------------------------------------------
     def log_message(self, level: str, data: Any, logger: str | None) -> dict[str, Any] | None:

@@ -191,11 +191,11 @@ class ModernScope:
         return _json.dumps(self.render_task(record))
 
     def cancelled_json(self, record: TaskRecord, was_terminal: bool) -> bytes | ErrorValue:
-        """:meth:`render_cancelled` as JSON text."""
+        """``tasks/cancel`` is an acknowledgement, whatever the task's state (JSON text)."""
         return _json.dumps(self.complete({}))
 
     def status_json(self, record: TaskRecord) -> bytes | None:
-        """None: see :meth:`status_notification`."""
+        """None: task notifications go only to ``subscriptions/listen`` streams in this era."""
         return None
 
     def render_created(self, record: TaskRecord, immediate_response: str | None) -> dict[str, Any]:
@@ -204,10 +204,6 @@ class ModernScope:
         if immediate_response:
             result["_meta"] = {"io.modelcontextprotocol/model-immediate-response": immediate_response}
         return self.complete(result, "task")
-
-    def render_cancelled(self, record: TaskRecord, was_terminal: bool) -> dict[str, Any] | ErrorValue:
-        """``tasks/cancel`` is an acknowledgement, whatever the task's state."""
-        return self.complete({})
 
     def render_outcome(self, task_id: str, outcome: TaskOutcome) -> dict[str, Any] | ErrorValue:
         """A call answered with what it produced (no task was ever shown to the client)."""
@@ -239,10 +235,6 @@ class ModernScope:
     def settle_tool_result(result: CallToolResult) -> TaskOutcome:
         """An ``isError`` tool result *completes* its task in this era; only JSON-RPC errors fail it."""
         return TaskOutcome(result=unstructure(result))
-
-    def status_notification(self, record: TaskRecord) -> tuple[str, dict[str, Any]] | None:
-        """None: task notifications go only to ``subscriptions/listen`` streams in this era."""
-        return None
 
     # -- subscriptions ------------------------------------------------------------------------
     @staticmethod
