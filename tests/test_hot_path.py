@@ -78,6 +78,21 @@ def test_json_refuses_what_is_not_strict_json(text: bytes) -> None:
         _json.loads(text)
 
 
+@pytest.mark.parametrize(
+    "number", [-(2**63) - 1, -(2**63), 2**64 - 1, 2**64, -(10**19), 10**19, -(10**25), 12345678901234567890]
+)
+def test_json_reads_integers_at_the_64_bit_edges_exactly(number: int) -> None:
+    # -2**63 - 1 has only 19 digits, yet orjson reads it as a float: it must not be given it.
+    assert _json.loads(b'{"id": %d, "x": [1, %d]}' % (number, number)) == {"id": number, "x": [1, number]}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=-(2**80), max_value=2**80))
+def test_json_reads_every_integer_exactly(number: int) -> None:
+    assert _json.loads(b"[%d]" % number) == [number]
+    assert type(_json.loads(b"%d" % number)) is int
+
+
 def test_json_keeps_huge_integers_and_lone_surrogates() -> None:
     big = 2**70 + 1
     assert _json.loads(b'{"id": %d}' % big) == {"id": big}

@@ -10,12 +10,12 @@ Guarantees (what :func:`dumps` and :func:`loads` promise whichever path they tak
   raise ``TypeError``.
 - ``loads`` refuses ``NaN``, ``Infinity`` and ``-Infinity`` (``ValueError``) and keeps
   integers of any size exact (orjson would turn one past 64 bits into a float, so text with a
-  run of 20 digits is read by the standard library).
+  run of 19 digits, such as ``-2**63 - 1``, is read by the standard library).
 
 >>> dumps({"a": [1, 2.5, "é"]})
 b'{"a":[1,2.5,"\\xc3\\xa9"]}'
->>> loads(b'{"id": 123456789012345678901234567890}')
-{'id': 123456789012345678901234567890}
+>>> loads(b'{"id": 123456789012345678901234567890, "low": -9223372036854775809}')
+{'id': 123456789012345678901234567890, 'low': -9223372036854775809}
 >>> dumps({"x": float("nan")})
 Traceback (most recent call last):
   ...
@@ -25,14 +25,17 @@ ValueError: Out of range float values are not JSON compliant...
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
 
 __all__ = ["dumps", "loads"]
 
-_LONG_NUMBER = re.compile(rb"\d{20}")
+# A run of 19 digits may be an integer orjson reads as a float (below -2**63 or above
+# 2**64 - 1). Runs are found by mapping every digit to "0" and everything else to a space,
+# then searching for 19 zeros: two C passes, several times faster than a regular expression.
+_DIGIT_RUNS = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
+_LONG_RUN = b"0" * 19
 _NULL = b"null"
 
 
@@ -62,7 +65,7 @@ def dumps(obj: Any) -> bytes:
 def loads(data: bytes | str) -> Any:
     """Decode one JSON text (``ValueError`` if it is not strict JSON)."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
-    if _LONG_NUMBER.search(raw) is None:
+    if _LONG_RUN not in raw.translate(_DIGIT_RUNS):
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
