@@ -31,6 +31,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trio_mcp.actors._session import _ToolWork
 from trio_mcp.actors.runtime import Reply
 from trio_mcp.actors.store import MemoryTaskStore
 from trio_mcp.actors.supervisor import NOT_FOUND, CreateTask, ListTasks, Route, TaskSupervisor, _TaskIds
@@ -41,8 +42,10 @@ from trio_mcp.protocol.converter import structure
 from trio_mcp.protocol.errors import ErrorValue, McpError
 from trio_mcp.protocol.handshake import HandshakeDialect, call_tool_params
 from trio_mcp.protocol.messages import CallToolParams, TaskIdParams
+from trio_mcp.protocol.modern import ModernScope
 from trio_mcp.protocol.records import TaskOutcome, TaskRecord, new_record, record_to_json
 from trio_mcp.protocol.tasks import TaskStatus, format_timestamp
+from trio_mcp.server import Server
 
 json_values = st.recursive(
     st.none()
@@ -91,6 +94,21 @@ def test_json_reads_integers_at_the_64_bit_edges_exactly(number: int) -> None:
 def test_json_reads_every_integer_exactly(number: int) -> None:
     assert _json.loads(b"[%d]" % number) == [number]
     assert type(_json.loads(b"%d" % number)) is int
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_a_text_result_settles_its_task_as_the_general_path_does(text: str) -> None:
+    server = Server("fast")
+
+    @server.tool()
+    async def say() -> str:
+        return text
+
+    entry = server.tools["say"]
+    for scope in (HandshakeDialect(), ModernScope("2026-07-28", {}, None, None, server.info)):
+        work = _ToolWork(None, entry, None, None, scope, None)  # type: ignore[arg-type]
+        assert work.finish(text) == scope.settle_tool_result(entry.finish(text))
 
 
 def test_json_keeps_huge_integers_and_lone_surrogates() -> None:

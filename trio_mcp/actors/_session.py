@@ -387,6 +387,10 @@ class _ToolWork(StagedWork):
         return running
 
     def finish(self, value: Any) -> TaskOutcome:
+        if type(value) is str:
+            # The commonest result, one text block, written directly: what the entry's result
+            # unstructures to, and no era fails a task on it (it is not ``isError``).
+            return TaskOutcome(result={"content": [{"type": "text", "text": value}]})
         return self.scope.settle_tool_result(self.entry.finish(value))
 
     def fail(self, exc: Exception) -> TaskOutcome:
