@@ -41,7 +41,18 @@ from ..protocol.records import TaskOutcome, TaskRecord, new_record
 from ..protocol.tasks import TaskStatus
 from .runtime import Actor, Reply
 from .store import InvalidCursor, MemoryTaskStore, SharedTaskStore, TaskEvent, TaskStore
-from .task_actor import CANCELLED, AwaitResult, Cancel, Poll, ProvideInput, Start, Stop, TaskActor, Work
+from .task_actor import (
+    CANCELLED,
+    ActorHost,
+    AwaitResult,
+    Cancel,
+    Poll,
+    ProvideInput,
+    Start,
+    Stop,
+    TaskActor,
+    Work,
+)
 from .trace import Tracer, no_trace
 
 __all__ = [
@@ -59,24 +70,26 @@ __all__ = [
 
 
 class _TaskIds:
-    """Unguessable task ids: 18 bytes from :func:`os.urandom` each, as
-    ``secrets.token_urlsafe(18)`` makes them, read 256 ids at a time (one system call per
-    256 tasks rather than per task)."""
+    """Unguessable task ids: 18 bytes from :func:`os.urandom` each, written as
+    ``secrets.token_urlsafe(18)`` writes them (24 URL-safe base64 characters). The bytes of
+    256 ids are read and encoded at once (one system call and one encoding per 256 tasks): 18
+    bytes are whole base64 groups, so each id is a slice of the encoded text."""
 
     __slots__ = ("_pool", "_taken")
     SIZE = 18
+    LENGTH = 24  # characters of one id
     BATCH = 256
 
     def __init__(self) -> None:
-        self._pool = b""
+        self._pool = ""
         self._taken = 0
 
     def __call__(self) -> str:
         start = self._taken
-        if start + self.SIZE > len(self._pool):
-            self._pool, start = os.urandom(self.SIZE * self.BATCH), 0
-        self._taken = start + self.SIZE
-        return base64.urlsafe_b64encode(self._pool[start : start + self.SIZE]).decode()
+        if start + self.LENGTH > len(self._pool):
+            self._pool, start = base64.urlsafe_b64encode(os.urandom(self.SIZE * self.BATCH)).decode(), 0
+        self._taken = start + self.LENGTH
+        return self._pool[start : start + self.LENGTH]
 
 
 @attrs.frozen
@@ -293,8 +306,14 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self._owner_of: dict[str, str] = {}
         self._timer = trio.CancelScope()
         self._nursery: trio.Nursery | None = None
-        # Bound once: every live actor keeps these (a bound method made per actor is 64 bytes).
-        self._on_change = self._changed
+        # Made once and shared: every live actor keeps a reference (a bound method made per
+        # actor would be 64 bytes each).
+        self._actor_host = ActorHost(
+            self.wall_clock,
+            self._changed,
+            tracer if tracer is not no_trace else None,
+            self.limits.max_result_bytes,
+        )
         self._crash_reporter = self._on_crash
 
     def live_count(self, owner: str) -> int:
@@ -440,15 +459,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         """The stored task gets its actor and its deadline; the creator gets the record."""
         task_id = record.task_id
         ttl = record.ttl_ms
-        actor = TaskActor(
-            record,
-            message.work,
-            clock=self.wall_clock,
-            on_change=self._on_change,
-            watcher=message.watcher,
-            tracer=self.tracer,
-            max_result_bytes=self.limits.max_result_bytes,
-        )
+        actor = TaskActor(record, message.work, self._actor_host, message.watcher)
         if self.tracer is not no_trace:
             self.tracer("task.created", {"task_id": task_id, "status": record.status.value, "ttl": ttl})
             self.tracer("actor.start", {"actor": "TaskActor", "name": task_id})

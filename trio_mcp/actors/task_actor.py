@@ -33,10 +33,11 @@ from ..protocol.errors import INTERNAL_ERROR, TASK_CANCELLED, ErrorValue, McpErr
 from ..protocol.records import TaskOutcome, TaskRecord
 from ..protocol.tasks import TaskStatus
 from .runtime import Reply
-from .trace import Tracer, no_trace
+from .trace import Tracer
 
 __all__ = [
     "CANCELLED",
+    "ActorHost",
     "AwaitResult",
     "Cancel",
     "Poll",
@@ -127,53 +128,56 @@ Work = Callable[["TaskActor"], Awaitable[TaskOutcome]] | StagedWork
 """A task's work: an async function of its actor returning the outcome, or :class:`StagedWork`."""
 
 
+@attrs.frozen
+class ActorHost:
+    """What every :class:`TaskActor` of one supervisor shares: one reference per actor."""
+
+    clock: Callable[[], float]
+    """Wall-clock epoch seconds (the records' times)."""
+    on_change: Callable[[TaskActor, TaskRecord], None]
+    """Told of every change before it is made (the supervisor: watchers, the store)."""
+    tracer: Tracer | None = None
+    """None: no tracing."""
+    max_result_bytes: int | None = None
+    """A result larger than this (as JSON) fails the task instead; None: no bound."""
+
+
+class _InputState:
+    """A task's dealings with its requestor for input, made when it first asks: the waits
+    holding it in ``input_required``, the pending requests' reply slots by key, and the keys
+    used over its life (most tasks never ask, and keep none of this)."""
+
+    __slots__ = ("pending", "seq", "used_keys", "waits")
+
+    def __init__(self) -> None:
+        self.waits = 0
+        self.pending: dict[str, Reply[Any]] = {}
+        self.seq = 0
+        self.used_keys: set[str] = set()
+
+
 class TaskActor:
     """One MCP task. Created, fed and stopped by the :class:`~trio_mcp.actors.supervisor.TaskSupervisor`."""
 
-    __slots__ = (
-        "_clock",
-        "_input_seq",
-        "_input_waits",
-        "_inputs",
-        "_max_result_bytes",
-        "_on_change",
-        "_scope",
-        "_stopped",
-        "_tracer",
-        "_used_keys",
-        "_waiters",
-        "_work",
-        "record",
-        "watcher",
-    )
+    __slots__ = ("_host", "_input", "_scope", "_stopped", "_waiters", "_work", "record", "watcher")
 
     def __init__(
         self,
         record: TaskRecord,
         work: Work,
-        *,
-        clock: Callable[[], float],
-        on_change: Callable[[TaskActor, TaskRecord], None],
+        host: ActorHost,
         watcher: Callable[[TaskRecord], None] | None = None,
-        tracer: Tracer = no_trace,
-        max_result_bytes: int | None = None,
     ) -> None:
-        self._tracer = tracer if tracer is not no_trace else None
         self.record = record
         self._work = work
-        self._clock = clock
-        self._on_change = on_change
+        self._host = host
         self.watcher = watcher
         """Told every new record (the creating session sends status notifications from it)."""
         # Made when first needed: most tasks never get a waiter or ask for input.
         self._waiters: list[Reply[TaskOutcome]] | None = None
+        self._input: _InputState | None = None
         self._scope = trio.CancelScope()
-        self._input_waits = 0
-        self._inputs: dict[str, Reply[Any]] | None = None
-        self._input_seq = 0
-        self._used_keys: set[str] | None = None
         self._stopped: ErrorValue | None = None
-        self._max_result_bytes = max_result_bytes
 
     @property
     def task_id(self) -> str:
@@ -195,9 +199,10 @@ class TaskActor:
     def _set(self, record: TaskRecord) -> None:
         # The supervisor hears of the change first: if that raises (a crash), the change was
         # never made, and the supervisor settles the task as failed from the state before it.
-        self._on_change(self, record)
-        if self._tracer is not None and record.status != self.record.status:
-            self._tracer(
+        host = self._host
+        host.on_change(self, record)
+        if host.tracer is not None and record.status != self.record.status:
+            host.tracer(
                 "task.transition",
                 {"task_id": record.task_id, "old": self.record.status.value, "status": record.status.value},
             )
@@ -210,20 +215,27 @@ class TaskActor:
         Nested or concurrent waits keep it there until the last one ends; then it returns to
         ``working``. A task cancelled meanwhile stays ``cancelled``.
         """
-        self._input_waits += 1
-        if self._input_waits == 1 and self.record.status == TaskStatus.WORKING and self._stopped is None:
-            self._set(self.record.transition(TaskStatus.INPUT_REQUIRED, message, now=self._clock()))
+        state = self._input_state()
+        state.waits += 1
+        if state.waits == 1 and self.record.status == TaskStatus.WORKING and self._stopped is None:
+            self._set(self.record.transition(TaskStatus.INPUT_REQUIRED, message, now=self._host.clock()))
         try:
             yield
         finally:
-            self._input_waits -= 1
+            state.waits -= 1
             if (
-                self._input_waits == 0
-                and not self._inputs
+                state.waits == 0
+                and not state.pending
                 and self.record.status == TaskStatus.INPUT_REQUIRED
                 and self._stopped is None  # removed: its state is final
             ):
-                self._set(self.record.transition(TaskStatus.WORKING, None, now=self._clock()))
+                self._set(self.record.transition(TaskStatus.WORKING, None, now=self._host.clock()))
+
+    def _input_state(self) -> _InputState:
+        state = self._input
+        if state is None:
+            state = self._input = _InputState()
+        return state
 
     def request_input(
         self, request: dict[str, Any], message: str | None = None, *, key: str | None = None
@@ -232,29 +244,26 @@ class TaskActor:
         request is listed in the record's ``inputRequests`` under a key unique for the task's
         life, the task is ``input_required``, and the returned reply is answered by a
         :class:`ProvideInput` carrying that key. Withdraw it with :meth:`withdraw_input`."""
-        self._input_seq += 1
+        state = self._input_state()
+        state.seq += 1
         if key is None:
-            key = f"input-{self._input_seq - 1}"
-        elif self._used_keys is not None and key in self._used_keys:  # unique over the task's life
-            key = f"{key}-{self._input_seq}"
-        if self._used_keys is None:
-            self._used_keys = set()
-        self._used_keys.add(key)
+            key = f"input-{state.seq - 1}"
+        elif key in state.used_keys:  # unique over the task's life
+            key = f"{key}-{state.seq}"
+        state.used_keys.add(key)
         reply: Reply[Any] = Reply()
         if self.record.is_terminal or self._stopped is not None:
             return key, reply  # never answered: the work is being cancelled
-        if self._inputs is None:
-            self._inputs = {}
-        self._inputs[key] = reply
+        state.pending[key] = reply
         status = TaskStatus.INPUT_REQUIRED
         note = message if self.record.status != status else self.record.status_message
         requests = {**self.record.input_requests, key: request}
-        self._set(self.record.with_input_requests(requests, status, note, now=self._clock()))
+        self._set(self.record.with_input_requests(requests, status, note, now=self._host.clock()))
         return key, reply
 
     def withdraw_input(self, key: str) -> None:
         """Forget an input request nobody waits for any more (its asker was cancelled)."""
-        if self._inputs and self._inputs.pop(key, None) is not None:
+        if self._input is not None and self._input.pending.pop(key, None) is not None:
             self._drop_requests((key,))
 
     def _drop_requests(self, keys: tuple[str, ...]) -> None:
@@ -263,22 +272,23 @@ class TaskActor:
         requests = {k: v for k, v in self.record.input_requests.items() if k not in keys}
         status = self.record.status
         message = self.record.status_message
-        if not requests and not self._input_waits and status == TaskStatus.INPUT_REQUIRED:
+        if not requests and not (self._input and self._input.waits) and status == TaskStatus.INPUT_REQUIRED:
             status, message = TaskStatus.WORKING, None
-        self._set(self.record.with_input_requests(requests, status, message, now=self._clock()))
+        self._set(self.record.with_input_requests(requests, status, message, now=self._host.clock()))
 
     def set_status_message(self, message: str | None) -> None:
         """Update ``statusMessage`` of a live task (from the work's context)."""
         if self.record.is_terminal or self._stopped is not None or message == self.record.status_message:
             return
-        self._set(self.record.with_message(message, now=self._clock()))
+        self._set(self.record.with_message(message, now=self._host.clock()))
 
     def settle(self, outcome: TaskOutcome, status: TaskStatus | None = None) -> None:
         """End the task with ``outcome`` and answer every waiter (no-op once terminal)."""
         if self.record.is_terminal:
             return
-        self._set(self.record.settle(outcome, now=self._clock(), status=status))
-        self._inputs = None
+        self._set(self.record.settle(outcome, now=self._host.clock(), status=status))
+        if self._input is not None:
+            self._input.pending = {}  # the work has ended: its open input requests are forgotten
         waiters, self._waiters = self._waiters or (), None
         for waiter in waiters:
             waiter.send(outcome)
@@ -321,7 +331,7 @@ class TaskActor:
 
     def _bounded(self, outcome: TaskOutcome) -> TaskOutcome:
         """The outcome to keep: a result over ``max_result_bytes`` (JSON) is replaced by an error."""
-        limit = self._max_result_bytes
+        limit = self._host.max_result_bytes
         if limit is None or outcome.result is None:
             return outcome
         size = len(_json.dumps(outcome.result))
@@ -374,7 +384,7 @@ class TaskActor:
         elif isinstance(message, ProvideInput):
             taken: list[str] = []
             for key, value in message.responses.items():
-                reply = self._inputs.pop(key, None) if self._inputs else None
+                reply = self._input.pending.pop(key, None) if self._input is not None else None
                 if reply is not None:
                     taken.append(key)
                     reply.send(value)

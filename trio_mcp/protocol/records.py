@@ -178,19 +178,16 @@ class TaskRecord:
         return self._changed(now, final, outcome.message, outcome, {})
 
 
+_WORKING = TaskStatus.WORKING
+
+
 def new_record(
     task_id: str, owner: str, *, now: float, ttl_ms: int, poll_interval_ms: int | None
 ) -> TaskRecord:
     """A fresh ``working`` task created at ``now``, expiring ``ttl_ms`` later."""
+    # Positional: every task creation makes one, and keywords cost more.
     return TaskRecord(
-        task_id=task_id,
-        owner=owner,
-        status=TaskStatus.WORKING,
-        created_at=now,
-        last_updated_at=now,
-        ttl_ms=ttl_ms,
-        expires_at=now + ttl_ms / 1000,
-        poll_interval_ms=poll_interval_ms,
+        task_id, owner, _WORKING, now, now, ttl_ms, now + ttl_ms / 1000, poll_interval_ms, None, None, {}
     )
 
 
