@@ -43,7 +43,7 @@ from trio_mcp.protocol.errors import ErrorValue, McpError
 from trio_mcp.protocol.handshake import HandshakeDialect, call_tool_params
 from trio_mcp.protocol.messages import CallToolParams, TaskIdParams
 from trio_mcp.protocol.modern import ModernScope
-from trio_mcp.protocol.records import TaskOutcome, TaskRecord, new_record, record_to_json
+from trio_mcp.protocol.records import TaskOutcome, TaskRecord, new_record, record_to_json, task_fields
 from trio_mcp.protocol.tasks import TaskStatus, format_timestamp
 from trio_mcp.server import Server
 
@@ -109,6 +109,34 @@ def test_a_text_result_settles_its_task_as_the_general_path_does(text: str) -> N
     for scope in (HandshakeDialect(), ModernScope("2026-07-28", {}, None, None, server.info)):
         work = _ToolWork(None, entry, None, None, scope, None)  # type: ignore[arg-type]
         assert work.finish(text) == scope.settle_tool_result(entry.finish(text))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    task_id=st.text(min_size=1, max_size=30) | st.sampled_from(["dGFzaw-_x", "a b", 'q"x', "b\\s", "\u2028"]),
+    status=st.sampled_from(list(TaskStatus)),
+    times=st.tuples(st.floats(0, 4e9), st.floats(0, 4e9)),
+    ttl=st.integers(0, 2**40),
+    poll=st.none() | st.integers(0, 10**6),
+    message=st.none() | st.text(max_size=20),
+)
+def test_a_task_written_from_the_template_is_what_the_encoder_writes(
+    task_id: str,
+    status: TaskStatus,
+    times: tuple[float, float],
+    ttl: int,
+    poll: int | None,
+    message: str | None,
+) -> None:
+    created, updated = times
+    record = TaskRecord(task_id, "alice", status, created, updated, ttl, created + ttl / 1000, poll, message)
+    written = HandshakeDialect.task_json(record)
+    assert written == _json.dumps(task_fields(record, ttl_key="ttl", poll_interval_key="pollInterval"))
+    assert json.loads(written)["taskId"] == task_id
+    dialect = HandshakeDialect()
+    for immediate in (None, "Started."):
+        expected = _json.dumps(dialect.render_created(record, immediate))
+        assert dialect.created_json(record, immediate) == expected
 
 
 def test_json_keeps_huge_integers_and_lone_surrogates() -> None:

@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import attrs
-
 from ..protocol import _json, jsonrpc
 from ..protocol.errors import ErrorValue
 from ..protocol.records import TaskOutcome, TaskRecord
@@ -30,20 +28,29 @@ class Renderer(Protocol):
     def render_task(self, record: TaskRecord) -> dict[str, Any]: ...
     def task_json(self, record: TaskRecord) -> bytes: ...
     def render_created(self, record: TaskRecord, immediate_response: str | None) -> dict[str, Any]: ...
+    def created_json(self, record: TaskRecord, immediate_response: str | None) -> bytes: ...
     def cancelled_json(self, record: TaskRecord, was_terminal: bool) -> bytes | ErrorValue: ...
     def render_outcome(self, task_id: str, outcome: TaskOutcome) -> dict[str, Any] | ErrorValue: ...
     def status_json(self, record: TaskRecord) -> bytes | None: ...
     def complete(self, result: dict[str, Any]) -> dict[str, Any]: ...
 
 
-@attrs.frozen
 class Started:
-    """A query on its way: the reply slot, and how to render its answer as a JSON-RPC result."""
+    """A query on its way: the reply slot, and how to render its answer as a JSON-RPC result
+    (a plain class, not a value: one is made per query)."""
 
-    reply: Reply[Any]
-    render: Callable[[Any], Rendered]
-    after: Callable[[Any], None] | None = None
-    """Run with the answer once its response is queued (e.g. start a task's work)."""
+    __slots__ = ("after", "render", "reply")
+
+    def __init__(
+        self,
+        reply: Reply[Any],
+        render: Callable[[Any], Rendered],
+        after: Callable[[Any], None] | None = None,
+    ) -> None:
+        self.reply = reply
+        self.render = render
+        self.after = after
+        """Run with the answer once its response is queued (e.g. start a task's work)."""
 
     async def wait(self) -> dict[str, Any]:
         rendered = self.render(await self.reply.wait())
@@ -81,7 +88,7 @@ class TaskReceiver:
         self.supervisor.create(CreateTask(self.owner, work, ttl_ms, notify, reply))
 
         def render(record: TaskRecord) -> Rendered:
-            return renderer.render_created(record, immediate_response)
+            return renderer.created_json(record, immediate_response)
 
         return Started(reply, render, after=self.start_work)
 

@@ -279,7 +279,25 @@ class HandshakeDialect:
 
     @staticmethod
     def task_json(record: TaskRecord) -> bytes:
-        """:meth:`render_task` as JSON text (the answer to ``tasks/get``)."""
+        """:meth:`render_task` as JSON text (the answer to ``tasks/get``), byte for byte what
+        the encoder writes of it. A task with no status message and an id JSON needs no escape
+        for (every id this runtime makes) is written from a template."""
+        task_id = record.task_id
+        ttl = record.ttl_ms
+        poll = record.poll_interval_ms
+        if (
+            record.status_message is None
+            and type(ttl) is int
+            and (poll is None or type(poll) is int)
+            and task_id.isprintable()
+            and '"' not in task_id
+            and "\\" not in task_id
+        ):
+            head = (
+                f'{{"taskId":"{task_id}","status":"{record.status.value}","createdAt":"{record.created_text}",'
+                f'"lastUpdatedAt":"{record.updated_text}","ttl":{ttl}'
+            )
+            return (head + "}" if poll is None else f'{head},"pollInterval":{poll}}}').encode()
         return _json.dumps(task_fields(record, ttl_key="ttl", poll_interval_key="pollInterval"))
 
     def cancelled_json(self, record: TaskRecord, was_terminal: bool) -> bytes | ErrorValue:
@@ -308,6 +326,12 @@ class HandshakeDialect:
         if immediate_response:
             result["_meta"] = {MODEL_IMMEDIATE_RESPONSE_KEY: immediate_response}
         return result
+
+    def created_json(self, record: TaskRecord, immediate_response: str | None) -> bytes:
+        """:meth:`render_created` as JSON text."""
+        if immediate_response:
+            return _json.dumps(self.render_created(record, immediate_response))
+        return b'{"task":' + self.task_json(record) + b"}"
 
     def render_page(self, records: list[TaskRecord], next_cursor: str | None) -> dict[str, Any]:
         result: dict[str, Any] = {"tasks": [self.render_task(r) for r in records]}

@@ -205,6 +205,10 @@ class ModernScope:
             result["_meta"] = {"io.modelcontextprotocol/model-immediate-response": immediate_response}
         return self.complete(result, "task")
 
+    def created_json(self, record: TaskRecord, immediate_response: str | None) -> bytes:
+        """:meth:`render_created` as JSON text."""
+        return _json.dumps(self.render_created(record, immediate_response))
+
     def render_outcome(self, task_id: str, outcome: TaskOutcome) -> dict[str, Any] | ErrorValue:
         """A call answered with what it produced (no task was ever shown to the client)."""
         if outcome.result is None:
