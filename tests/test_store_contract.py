@@ -419,6 +419,19 @@ async def test_due_returns_only_expired_records_earliest_first(store: TaskStore)
     assert due[0] == await store.get("t2")
 
 
+async def test_due_sees_records_created_and_deleted_between_askings(store: TaskStore) -> None:
+    # A supervisor asks once when it starts; records come and go after that, and the next
+    # asking (a restart that keeps the store) must see exactly the ones there then.
+    await store.create(record("early", ttl_ms=2000))
+    assert await store.due(0.5, 10) == []
+    for task_id, ttl_ms in (("later", 1000), ("gone", 500), ("long", 9000)):
+        await store.create(record(task_id, ttl_ms=ttl_ms))
+    await store.delete("gone")
+    assert [r.task_id for r in await store.due(2.0, 1)] == ["later"]
+    await store.create(record("last", ttl_ms=1500))
+    assert [r.task_id for r in await store.due(5.0, 10)] == ["later", "last", "early"]
+
+
 @pytest.mark.parametrize("limit", [1, 2, 3])
 async def test_due_returns_at_most_limit(store: TaskStore, limit: int) -> None:
     for i in range(5):

@@ -148,13 +148,16 @@ class MemoryTaskStore:
     """The default store: dicts in this process. Records are gone when the process exits.
 
     Every operation is O(1) or O(log n) in the number of records, except a page which is
-    O(page size + log n); memory is the records plus a few words each.
+    O(page size + log n), and :meth:`due`, which builds its heap of expiry times when asked
+    (O(n)) and keeps it only while records are due: a supervisor asks once, when it starts
+    (each task it creates is timed by the supervisor itself), so tasks cost no heap entry
+    here. Memory is the records plus a few words each.
     """
 
     def __init__(self) -> None:
         self._rows: dict[str, _Row] = {}
         self._by_owner: dict[str, _OwnerIndex] = {}
-        self._expiries: list[tuple[float, str]] = []
+        self._expiries: list[tuple[float, str]] | None = None  # kept by due() while needed
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -174,7 +177,8 @@ class MemoryTaskStore:
         index.positions.append(index.counter)  # positions only grow: the list stays sorted
         index.ids[index.counter] = record.task_id
         self._rows[record.task_id] = _Row(record, index.counter)
-        heapq.heappush(self._expiries, (record.expires_at, record.task_id))
+        if self._expiries is not None:
+            heapq.heappush(self._expiries, (record.expires_at, record.task_id))
 
     async def get(self, task_id: str) -> TaskRecord | None:
         row = self._rows.get(task_id)
@@ -207,9 +211,10 @@ class MemoryTaskStore:
             index.compact()
         else:
             del self._by_owner[owner]
-        if len(self._expiries) > 2 * len(self._rows) + 64:  # forget deleted records' expiries
-            self._expiries = [e for e in self._expiries if e[1] in self._rows]
-            heapq.heapify(self._expiries)
+        expiries = self._expiries
+        if expiries is not None and len(expiries) > 2 * len(self._rows) + 64:
+            expiries[:] = [e for e in expiries if e[1] in self._rows]  # forget deleted records'
+            heapq.heapify(expiries)
         return row.record
 
     async def page(self, owner: str, cursor: str | None, limit: int) -> tuple[list[TaskRecord], str | None]:
@@ -247,14 +252,22 @@ class MemoryTaskStore:
         return out, (encode_cursor(index.kind, last) if out and more else None)
 
     async def due(self, now: float, limit: int) -> list[TaskRecord]:
+        expiries = self._expiries
+        if expiries is None:
+            expiries = self._expiries = [
+                (row.record.expires_at, task_id) for task_id, row in self._rows.items()
+            ]
+            heapq.heapify(expiries)
         out: list[TaskRecord] = []
         kept: list[tuple[float, str]] = []
-        while self._expiries and self._expiries[0][0] <= now and len(out) < limit:
-            entry = heapq.heappop(self._expiries)
+        while expiries and expiries[0][0] <= now and len(out) < limit:
+            entry = heapq.heappop(expiries)
             row = self._rows.get(entry[1])
             if row is not None and row.record.expires_at == entry[0]:  # else stale: forget it
                 out.append(row.record)
                 kept.append(entry)
         for entry in kept:  # due records stay until deleted
-            heapq.heappush(self._expiries, entry)
+            heapq.heappush(expiries, entry)
+        if len(out) < limit:
+            self._expiries = None  # nothing more is due: no heap until the next asking
         return out
