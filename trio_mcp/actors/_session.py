@@ -506,7 +506,7 @@ class SessionActor(Endpoint):
             return
         command = self.dialect.interpret(request, self._tool_support)
         # The busiest first, by exact type: a task query is answered here and now when its
-        # task's record can be read without waiting.
+        # task's record can be read without waiting; then task creation.
         if type(command) is GetTask:
             await self._get(request, command.task_id, self.dialect)
         elif type(command) is AwaitTaskResult:
@@ -514,6 +514,8 @@ class SessionActor(Endpoint):
         elif type(command) is CancelTask:
             task_id = command.task_id
             await self._start(request, lambda: self.receiver.start_cancel(task_id))
+        elif type(command) is CallTool and command.as_task:
+            await self._start(request, lambda: self._start_create(command, self.dialect), counted=True)
         elif isinstance(command, ErrorValue):
             await self.respond_error(request.id, command)
         elif isinstance(command, Ping):
@@ -536,8 +538,6 @@ class SessionActor(Endpoint):
             await self._start(
                 request, lambda: self.receiver.start_list(command.cursor, self.dialect.render_page)
             )
-        elif isinstance(command, CallTool) and command.as_task:
-            await self._start(request, lambda: self._start_create(command, self.dialect), counted=True)
         elif isinstance(command, CallTool):
             await self._wait(request, functools.partial(self._tools_call, command, self.dialect))
         elif isinstance(command, SubscribeResource):
