@@ -132,3 +132,25 @@ async def test_client_task_ids_of_another_peer_are_not_found(autojump_clock: Any
 
     async with kit_client(probe_server(), on_elicit=human) as client:
         assert (await client.call_tool("probe", {})).text == "-32602"
+
+
+async def test_a_client_answers_malformed_task_queries_with_invalid_params(autojump_clock: Any) -> None:
+    server = Server("raw", version="1")
+
+    @server.tool()
+    async def raw(ctx: Context) -> str:
+        session = ctx._call.session  # the tool's own connection: a query the SDK would not send
+        codes = []
+        for method in ("tasks/get", "tasks/cancel"):
+            try:
+                await session.request(method, {"taskId": 5})
+            except McpError as exc:
+                codes.append(str(exc.code))
+        await session.request("ping")  # and the client goes on serving
+        return " ".join(codes)
+
+    async def human(params: ElicitRequestParams) -> ElicitResult:
+        return ElicitResult(action="decline")
+
+    async with kit_client(server, on_elicit=human) as client:
+        assert (await client.call_tool("raw", {})).text == "-32602 -32602"

@@ -31,6 +31,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trio_mcp.actors._receiver import Started
 from trio_mcp.actors._session import _ToolWork
 from trio_mcp.actors.runtime import Reply
 from trio_mcp.actors.store import MemoryTaskStore
@@ -432,3 +433,19 @@ async def test_result_waiters_whose_askers_gave_up_are_not_kept(autojump_clock: 
         supervisor.deliver(Route("alice", record.task_id, Cancel(cancel)))
         assert kept.answered
         nursery.cancel_scope.cancel()
+
+
+async def test_a_started_query_answers_with_its_json_text_as_it_is() -> None:
+    record = new_record("t1", "alice", now=0.0, ttl_ms=1000, poll_interval_ms=500)
+    reply: Reply[TaskRecord] = Reply()
+    reply.send(record)
+    answer = await Started(reply, HandshakeDialect.task_json).answer(7)
+    assert answer == jsonrpc.encode_response_json(7, HandshakeDialect.task_json(record))
+    missing: Reply[TaskRecord] = Reply()
+    missing.fail(NOT_FOUND.exception())
+    error = json.loads(await Started(missing, HandshakeDialect.task_json).answer(8))
+    assert error == {
+        "jsonrpc": "2.0",
+        "id": 8,
+        "error": {"code": NOT_FOUND.code, "message": NOT_FOUND.message},
+    }

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..protocol import _json, jsonrpc
-from ..protocol.errors import ErrorValue
+from ..protocol.errors import ErrorValue, McpError
 from ..protocol.records import TaskOutcome, TaskRecord
 from ._endpoint import Endpoint
 from .runtime import Reply
@@ -35,6 +35,15 @@ class Renderer(Protocol):
     def complete(self, result: dict[str, Any]) -> dict[str, Any]: ...
 
 
+def encode_answer(request_id: jsonrpc.RequestId, rendered: Rendered) -> bytes:
+    """The response carrying ``rendered`` (a result, one already JSON text, or an error)."""
+    if isinstance(rendered, bytes):
+        return jsonrpc.encode_response_json(request_id, rendered)
+    if isinstance(rendered, ErrorValue):
+        return jsonrpc.encode_error(request_id, rendered.code, rendered.message, rendered.data)
+    return jsonrpc.encode_response(request_id, rendered)
+
+
 class Started:
     """A query on its way: the reply slot, and how to render its answer as a JSON-RPC result
     (a plain class, not a value: one is made per query)."""
@@ -51,6 +60,15 @@ class Started:
         self.render = render
         self.after = after
         """Run with the answer once its response is queued (e.g. start a task's work)."""
+
+    async def answer(self, request_id: jsonrpc.RequestId) -> bytes:
+        """Wait for the answer and write the response to ``request_id`` (an error response
+        for an error; a result already JSON text is not decoded to be encoded again)."""
+        try:
+            rendered = self.render(await self.reply.wait())
+        except McpError as exc:
+            rendered = exc.value
+        return encode_answer(request_id, rendered)
 
     async def wait(self) -> dict[str, Any]:
         rendered = self.render(await self.reply.wait())

@@ -65,7 +65,7 @@ from ..protocol.request_state import StateCodec, binding_of
 from ..protocol.tasks import TaskStatus
 from ..transports.base import Transport
 from ._endpoint import OVERLOADED, ConnectionClosed, Endpoint
-from ._receiver import Rendered, Renderer, Started, TaskReceiver
+from ._receiver import Rendered, Renderer, Started, TaskReceiver, encode_answer
 from ._requestor import TaskRequestor
 from .runtime import MailboxFull, Reply, ask
 from .supervisor import Remove, Route, TaskSupervisor, Unwatch, Watch
@@ -92,15 +92,6 @@ runs as a task. Input asked later is asked through the task."""
 TOO_MANY_REQUESTS = ErrorValue(
     INTERNAL_ERROR, f"Server overloaded: at most {MAX_WAITING_REQUESTS} outstanding requests per connection"
 )
-
-
-def _encode_answer(request_id: jsonrpc.RequestId, rendered: Rendered) -> bytes:
-    """The response carrying ``rendered`` (a result, one already JSON text, or an error)."""
-    if isinstance(rendered, bytes):
-        return jsonrpc.encode_response_json(request_id, rendered)
-    if isinstance(rendered, ErrorValue):
-        return jsonrpc.encode_error(request_id, rendered.code, rendered.message, rendered.data)
-    return jsonrpc.encode_response(request_id, rendered)
 
 
 class ToolEntry(Protocol):
@@ -707,7 +698,7 @@ class SessionActor(Endpoint):
     def _answer_now(self, request_id: jsonrpc.RequestId, rendered: Rendered) -> None:
         """Queue the answer to a query answered without waiting (nothing if the connection has
         closed: the reader stops at its next read)."""
-        self.post(_encode_answer(request_id, rendered))
+        self.post(encode_answer(request_id, rendered))
 
     async def _await_result(self, request: jsonrpc.Request, task_id: str) -> None:
         """``tasks/result``: answered at once, without a Trio task of its own, when the task has
@@ -800,7 +791,7 @@ class SessionActor(Endpoint):
         try:
             value = reply.unwrap()
             rendered = started.render(value)
-            data = _encode_answer(request_id, rendered)
+            data = encode_answer(request_id, rendered)
             if started.after is not None and not isinstance(rendered, ErrorValue):
                 after = functools.partial(started.after, value)
         except McpError as exc:

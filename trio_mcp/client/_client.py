@@ -233,19 +233,23 @@ class Client(Endpoint):
             if method == "tasks/list":
                 cursor = structure(request.params, PaginatedParams).cursor
                 return await receiver.start_list(cursor, self._dialect.render_page).wait()
-            task_id = structure(request.params, TaskIdParams).task_id
-            if method == "tasks/result":
-                return await receiver.result(task_id)
-            started: Started = (receiver.start_get if method == "tasks/get" else receiver.start_cancel)(
-                task_id
-            )
-            return await started.wait()
+            return await receiver.result(structure(request.params, TaskIdParams).task_id)
 
         if method == "tasks/result":
             assert self.nursery is not None
             self.nursery.start_soon(self.answer, request, handle)
-        else:
+        elif method == "tasks/list":
             await self.answer(request, handle)
+        else:  # tasks/get, tasks/cancel: the dialect writes the task as JSON text, sent as it is
+            try:
+                task_id = structure(request.params, TaskIdParams).task_id
+            except McpError as exc:
+                await self.respond_error(request.id, exc.value)
+                return
+            started: Started = (receiver.start_get if method == "tasks/get" else receiver.start_cancel)(
+                task_id
+            )
+            await self._send_answer(await started.answer(request.id), None)
 
     async def on_notification(self, notification: jsonrpc.Notification) -> None:
         try:
