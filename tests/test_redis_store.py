@@ -504,3 +504,27 @@ async def test_a_cancel_through_another_process_stops_the_work_through_redis() -
                 await on_a.task_result(task_id)
             assert work_log == ["started", "cancelled"]  # the work in A really stopped
             assert (await on_a.get_task(task_id)).status == TaskStatus.CANCELLED
+
+
+async def test_a_runtime_closing_its_store_while_tasks_are_dropped_logs_no_errors(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The client hangs up with tasks running, and the process stops at once: the runtime drops
+    # the connection's tasks (deletes and announcements through Redis) while it closes the
+    # store it made. Nothing may reach the store after it closed.
+    app = Server("closing", version="1", store=store_from_url(shared_server().url, prefix=fresh_prefix()))
+
+    @app.tool()
+    async def nap(seconds: float) -> str:
+        await trio.sleep(seconds)
+        return "rested"
+
+    with trio.fail_after(10):
+        async with app.open() as runtime, trio.open_nursery() as nursery:
+            client_side, server_side = memory_transport_pair()
+            nursery.start_soon(runtime.serve, server_side)
+            async with connect(client_side) as client:
+                for _ in range(20):
+                    await client.call_tool_as_task("nap", {"seconds": 60})
+            nursery.cancel_scope.cancel()
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []

@@ -580,12 +580,14 @@ class Server:
                     finally:
                         self._runtimes.discard(runtime)
                         nursery.cancel_scope.cancel()
-                        aclose = getattr(store, "aclose", None)
-                        if owned and aclose is not None:
-                            with trio.CancelScope(shield=True):
-                                await aclose()
-            finally:  # every task of the runtime has ended: none reads ctx.lifespan any more
+            finally:
+                # Every task of the runtime has ended: none reads ctx.lifespan any more, and
+                # none is still using the store (closing it sooner would fail their last calls).
                 unbind_lifespan(supervisor)
+                aclose = getattr(store, "aclose", None)
+                if owned and aclose is not None:
+                    with trio.CancelScope(shield=True):
+                        await aclose()
 
     @asynccontextmanager
     async def _entered_lifespan(self) -> AsyncIterator[Any]:
