@@ -798,3 +798,37 @@ async def test_binary_frames_from_server_are_refused_by_client_too(server: Serve
                     await transport.receive()
                 assert transport.close_reason is not None and transport.close_reason.code == 1003
         nursery.cancel_scope.cancel()
+
+
+# ----------------------------------------------------------------------------- batched writes
+
+
+async def test_send_many_writes_its_frames_at_once_and_each_is_a_message(server: Server) -> None:
+    with trio.fail_after(5):
+        async with serving(server) as port, open_websocket_transport(url(port)) as transport:
+            assert "result" in await rpc(transport, 0, "initialize", INITIALIZE)
+            stream = transport.connection._stream
+            writes: list[int] = []
+            send_all = stream.send_all
+
+            async def counted(data: bytes) -> None:
+                writes.append(len(data))
+                await send_all(data)
+
+            stream.send_all = counted  # type: ignore[method-assign]
+            pings = [json.dumps({"jsonrpc": "2.0", "id": i, "method": "ping"}).encode() for i in (1, 2, 3)]
+            await transport.send_many(pings)
+            assert len(writes) == 1  # three frames, one write
+            answers = [json.loads(await transport.receive()) for _ in pings]
+            assert [a["id"] for a in answers] == [1, 2, 3] and all(a["result"] == {} for a in answers)
+            with pytest.raises(UnicodeDecodeError):
+                await transport.send_many([b'{"jsonrpc":"2.0","id":4,"method":"ping"}', b"\xff"])
+            assert len(writes) == 1  # nothing of that batch was sent
+
+
+async def test_send_many_after_the_peer_closed_raises_broken(server: Server) -> None:
+    with trio.fail_after(5):
+        async with serving(server) as port, open_websocket_transport(url(port)) as transport:
+            await transport.connection.aclose()
+            with pytest.raises(trio.BrokenResourceError):
+                await transport.send_many([b"{}", b"{}"])
