@@ -288,6 +288,18 @@ async def busy_scenario() -> str:
     return h.trace.dump()
 
 
+@pytest.fixture
+def in_process_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memory store whatever ``--task-store`` says. A store on a real server (Redis)
+    answers when the network delivers: how many scheduler batches a run takes while it waits,
+    and so the seeded coin of each, is not the kit's to fix (see docs/testing.md)."""
+    from trio_mcp.actors.store import MemoryTaskStore
+
+    monkeypatch.setattr("trio_mcp.server._server.MemoryTaskStore", MemoryTaskStore)
+    monkeypatch.setattr("trio_mcp.actors.supervisor.MemoryTaskStore", MemoryTaskStore)
+
+
+@pytest.mark.usefixtures("in_process_store")
 def test_same_scenario_100_runs_give_byte_identical_traces() -> None:
     assert scheduling_is_controllable()
     traces = {run(busy_scenario).encode() for _ in range(100)}
@@ -297,14 +309,11 @@ def test_same_scenario_100_runs_give_byte_identical_traces() -> None:
     assert b"task.expired task-1" in trace
 
 
-def test_trace_is_identical_in_another_process(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("in_process_store")
+def test_trace_is_identical_in_another_process() -> None:
     """Not even PYTHONHASHSEED changes the trace. Both processes use the memory store (the
     child knows no --task-store): the same run, not one on another store, whose answers to
     concurrent requests may leave in another order."""
-    from trio_mcp.actors.store import MemoryTaskStore
-
-    monkeypatch.setattr("trio_mcp.server._server.MemoryTaskStore", MemoryTaskStore)
-    monkeypatch.setattr("trio_mcp.actors.supervisor.MemoryTaskStore", MemoryTaskStore)
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); import test_testing_kit as m; "
         "from trio_mcp.testing import run; sys.stdout.write(run(m.busy_scenario))"
@@ -316,6 +325,7 @@ def test_trace_is_identical_in_another_process(monkeypatch: pytest.MonkeyPatch) 
     assert out.stdout.decode() == run(busy_scenario)
 
 
+@pytest.mark.usefixtures("in_process_store")
 def test_each_seed_is_its_own_reproducible_schedule() -> None:
     for seed in (1, 2, 3):
         assert run(busy_scenario, seed=seed) == run(busy_scenario, seed=seed)
