@@ -384,7 +384,7 @@ class WsLoadClient(LoadClient):
         self._spawn(argv, env, cwd, timeout)
         self.sock: socket.socket | None = None
         try:
-            self.port = self._read_port(start_timeout)
+            self.port = read_port(self.process, "ws-port", start_timeout)
             self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=start_timeout)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._ws = WSConnection(ConnectionType.CLIENT)
@@ -398,27 +398,6 @@ class WsLoadClient(LoadClient):
         self.sock.setblocking(False)
         self._fragments: list[bytes] = []
         self._attach(self.sock.fileno(), self.sock.fileno())
-
-    def _read_port(self, timeout: float) -> int:
-        assert self.process.stdout is not None
-        fd = self.process.stdout.fileno()
-        data = b""
-        deadline = time.monotonic() + timeout
-        while b"\n" not in data:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"{self.argv} printed no port within {timeout}s")
-            ready, _, _ = select.select([fd], [], [], left)
-            if ready:
-                chunk = os.read(fd, 4096)
-                if not chunk:
-                    raise ServerGone(f"server exited ({self.process.wait()}) before listening")
-                data += chunk
-        line = data.split(b"\n", 1)[0].decode()
-        word, _, port = line.partition(" ")
-        if word != "ws-port" or not port.isdigit():
-            raise RuntimeError(f"expected 'ws-port PORT' from the server, got {line!r}")
-        return int(port)
 
     def _upgrade(self, timeout: float) -> None:
         """The opening handshake (HTTP Upgrade), subprotocol ``mcp``, made by wsproto."""
@@ -510,3 +489,25 @@ def _encode(request_id: int, method: str, params: dict[str, Any] | None) -> byte
     if params is not None:
         message["params"] = params
     return json.dumps(message, separators=(",", ":")).encode()
+
+
+def read_port(process: Any, word: str, timeout: float) -> int:
+    """The port in the first line ``WORD PORT`` the child prints on stdout."""
+    fd = process.stdout.fileno()
+    data = b""
+    deadline = time.monotonic() + timeout
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"the server printed no port within {timeout}s")
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise ServerGone(f"server exited ({process.wait()}) before listening")
+            data += chunk
+    line = data.split(b"\n", 1)[0].decode()
+    found, _, port = line.partition(" ")
+    if found != word or not port.isdigit():
+        raise RuntimeError(f"expected '{word} PORT' from the server, got {line!r}")
+    return int(port)

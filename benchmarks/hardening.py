@@ -33,8 +33,7 @@ from typing import Any
 
 from wsproto import ConnectionType, WSConnection
 
-from .client import LoadClient, WsLoadClient, _encode, rss_kib
-from .http_client import read_port
+from .client import LoadClient, WsLoadClient, _encode, read_port, rss_kib
 from .workloads import SERVER_SCRIPT, Sizes, by_id, create_sleep, task_ids
 
 MIB = 1024 * 1024

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,7 +28,15 @@ from typing import Any
 import httpx
 import trio
 
-from .client import PROTOCOL_VERSION, LoadClient, Request, RunResult, ServerGone, _encode, cpu_seconds
+from .client import (
+    PROTOCOL_VERSION,
+    LoadClient,
+    Request,
+    RunResult,
+    _encode,
+    cpu_seconds,
+    read_port,
+)
 
 SSE_DATA = "data:"
 
@@ -174,25 +181,3 @@ def _answer(content_type: str, text: str, request_id: int) -> dict[str, Any]:
             if message.get("id") == request_id and "method" not in message:
                 return message
     raise RuntimeError(f"no response to request {request_id} in the SSE stream: {text[:200]!r}")
-
-
-def read_port(process: Any, word: str, timeout: float) -> int:
-    """The port in the first line ``WORD PORT`` the child prints on stdout."""
-    fd = process.stdout.fileno()
-    data = b""
-    deadline = time.monotonic() + timeout
-    while b"\n" not in data:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError(f"the server printed no port within {timeout}s")
-        ready, _, _ = select.select([fd], [], [], left)
-        if ready:
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                raise ServerGone(f"server exited ({process.wait()}) before listening")
-            data += chunk
-    line = data.split(b"\n", 1)[0].decode()
-    found, _, port = line.partition(" ")
-    if found != word or not port.isdigit():
-        raise RuntimeError(f"expected '{word} PORT' from the server, got {line!r}")
-    return int(port)
