@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
@@ -93,12 +95,19 @@ class Wire:
         return message
 
 
-async def test_resources_in_both_eras() -> None:
-    server = make_server()
+@asynccontextmanager
+async def served(server: Server) -> AsyncIterator[Wire]:
+    """A raw JSON-RPC wire to ``server``, served over a memory transport for the block."""
     async with server.open() as runtime, trio.open_nursery() as nursery:
         client_side, server_side = memory_transport_pair()
         nursery.start_soon(runtime.serve, server_side)
-        wire = Wire(client_side)
+        yield Wire(client_side)
+        nursery.cancel_scope.cancel()
+
+
+async def test_resources_in_both_eras() -> None:
+    server = make_server()
+    async with served(server) as wire:
         hello = (await wire.call("initialize", HELLO))["result"]
         assert hello["capabilities"]["resources"] == {"subscribe": True, "listChanged": True}
         assert hello["capabilities"]["completions"] == {}
@@ -128,15 +137,11 @@ async def test_resources_in_both_eras() -> None:
         gone = (await wire.call("resources/read", {"uri": "test://nothing"}, modern=True))["error"]
         assert gone["code"] == -32602 and gone["data"] == {"uri": "test://nothing"}
         assert "cacheScope" in (await wire.call("resources/list", modern=True))["result"]
-        nursery.cancel_scope.cancel()
 
 
 async def test_subscriptions_and_list_changes_in_the_handshake_era() -> None:
     server = make_server()
-    async with server.open() as runtime, trio.open_nursery() as nursery:
-        client_side, server_side = memory_transport_pair()
-        nursery.start_soon(runtime.serve, server_side)
-        wire = Wire(client_side)
+    async with served(server) as wire:
         await wire.call("initialize", HELLO)
         assert (await wire.call("resources/subscribe", {"uri": "test://text"}))["result"] == {}
         server.notify_resource_updated("test://blob")  # not subscribed: nothing
@@ -163,15 +168,11 @@ async def test_subscriptions_and_list_changes_in_the_handshake_era() -> None:
         assert (await wire.call("resources/subscribe", {"uri": "test://text"}, modern=True))["error"][
             "code"
         ] == -32601
-        nursery.cancel_scope.cancel()
 
 
 async def test_prompts_and_completion() -> None:
     server = make_server()
-    async with server.open() as runtime, trio.open_nursery() as nursery:
-        client_side, server_side = memory_transport_pair()
-        nursery.start_soon(runtime.serve, server_side)
-        wire = Wire(client_side)
+    async with served(server) as wire:
         await wire.call("initialize", HELLO)
         [greet, *_] = (await wire.call("prompts/list"))["result"]["prompts"]
         assert greet == {
@@ -203,15 +204,11 @@ async def test_prompts_and_completion() -> None:
             many["result"]["completion"]["total"] == 150 and many["result"]["completion"]["hasMore"] is True
         )
         assert len(many["result"]["completion"]["values"]) == 100
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_prompt_asks_for_input_by_mrtr_in_the_modern_era() -> None:
     server = make_server()
-    async with server.open() as runtime, trio.open_nursery() as nursery:
-        client_side, server_side = memory_transport_pair()
-        nursery.start_soon(runtime.serve, server_side)
-        wire = Wire(client_side)
+    async with served(server) as wire:
         first = (await wire.call("prompts/get", {"name": "asks"}, modern=True))["result"]
         assert first["resultType"] == "input_required"
         assert list(first["inputRequests"]) == ["topic"]
@@ -222,17 +219,12 @@ async def test_a_prompt_asks_for_input_by_mrtr_in_the_modern_era() -> None:
         }
         final = (await wire.call("prompts/get", retry, modern=True))["result"]
         assert final["messages"] == [{"role": "user", "content": {"type": "text", "text": "About trio"}}]
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_server_without_resources_or_prompts_has_no_such_methods() -> None:
     bare = Server("bare")
-    async with bare.open() as runtime, trio.open_nursery() as nursery:
-        client_side, server_side = memory_transport_pair()
-        nursery.start_soon(runtime.serve, server_side)
-        wire = Wire(client_side)
+    async with served(bare) as wire:
         capabilities = (await wire.call("initialize", HELLO))["result"]["capabilities"]
         assert "resources" not in capabilities and "prompts" not in capabilities
         for method in ("resources/list", "prompts/get", "completion/complete"):
             assert (await wire.call(method))["error"]["code"] == -32601
-        nursery.cancel_scope.cancel()
