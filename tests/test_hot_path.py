@@ -10,6 +10,8 @@
   one either; ``TaskSupervisor.current`` reads what a Poll would be answered without a
   message; the memory store takes changes and creations at once, keeping mailbox order;
 - a running tool is awaited by its task's actor directly (no frame of ours in between);
+- a record built field by field (``_build``: a new task, every change) is the frozen record
+  attrs builds of the same fields;
 - a record's times are formatted once per change; a status notification and the cancel
   answer after it share one writing;
 - ``tools/call`` and task-query params of the common shape are read directly, exactly as the
@@ -25,6 +27,7 @@ import json
 import math
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -41,10 +44,10 @@ from trio_mcp.protocol import _json, jsonrpc
 from trio_mcp.protocol.commands import GetTask
 from trio_mcp.protocol.converter import structure
 from trio_mcp.protocol.errors import ErrorValue, McpError
-from trio_mcp.protocol.handshake import HandshakeDialect, call_tool_params
+from trio_mcp.protocol.handshake import HandshakeDialect, call_tool_fields
 from trio_mcp.protocol.messages import CallToolParams, TaskIdParams
 from trio_mcp.protocol.modern import ModernScope
-from trio_mcp.protocol.records import TaskOutcome, TaskRecord, new_record, record_to_json, task_fields
+from trio_mcp.protocol.records import TaskOutcome, TaskRecord, _build, new_record, record_to_json, task_fields
 from trio_mcp.protocol.tasks import TaskStatus, format_timestamp
 from trio_mcp.server import Server
 
@@ -138,6 +141,55 @@ def test_a_task_written_from_the_template_is_what_the_encoder_writes(
     for immediate in (None, "Started."):
         expected = _json.dumps(dialect.render_created(record, immediate))
         assert dialect.created_json(record, immediate) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    status=st.sampled_from(list(TaskStatus)),
+    times=st.tuples(st.floats(0, 4e9), st.floats(0, 4e9)),
+    ttl=st.integers(0, 2**40),
+    poll=st.none() | st.integers(0, 10**6),
+    message=st.none() | st.text(max_size=5),
+    outcome=st.none() | st.just(TaskOutcome(result={"content": []})),
+    requests=st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    version=st.integers(0, 100),
+)
+def test_a_record_built_field_by_field_is_the_frozen_record_attrs_builds(
+    status: TaskStatus,
+    times: tuple[float, float],
+    ttl: int,
+    poll: int | None,
+    message: str | None,
+    outcome: TaskOutcome | None,
+    requests: dict[str, Any],
+    version: int,
+) -> None:
+    created, updated = times
+    fields = (
+        "t1",
+        "alice",
+        status,
+        created,
+        updated,
+        ttl,
+        created + ttl,
+        poll,
+        message,
+        outcome,
+        requests,
+        version,
+    )
+    built = _build(*fields, None)
+    made = TaskRecord(*fields)
+    assert type(built) is TaskRecord
+    assert built == made and repr(built) == repr(made)
+    names = [field.name for field in attrs.fields(TaskRecord)]
+    assert [getattr(built, name) for name in names] == [getattr(made, name) for name in names]
+    assert built.created_text == made.created_text and built.updated_text == made.updated_text
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        built.status = TaskStatus.FAILED  # type: ignore[misc]
+    # A known creation text is kept, not formatted again.
+    assert _build(*fields, "then").created_text == "then"
 
 
 def test_json_keeps_huge_integers_and_lone_surrogates() -> None:
@@ -390,7 +442,12 @@ def test_tools_call_params_read_directly_as_the_converter_reads_them(params: Any
         except McpError as exc:
             return (exc.code, exc.message)
 
-    assert read(call_tool_params) == read(lambda p: structure(p, CallToolParams))
+    def converted(p: Any) -> Any:
+        call = structure(p, CallToolParams)
+        ttl = call.task.ttl if call.task is not None else None
+        return (call.name, call.arguments, call.task is not None, ttl, call.meta)
+
+    assert read(call_tool_fields) == read(converted)
 
 
 @pytest.mark.parametrize(

@@ -45,10 +45,10 @@ from .messages import (
     Implementation,
     InitializeParams,
     InitializeResult,
+    Meta,
     PaginatedParams,
     SetLevelParams,
     TaskIdParams,
-    TaskMetadata,
     TaskSupport,
 )
 from .records import TaskOutcome, TaskRecord, task_fields
@@ -93,15 +93,21 @@ def _cannot_cancel(record: TaskRecord) -> ErrorValue:
 
 
 _PLAIN_CALL_KEYS = frozenset({"name", "arguments", "task"})
+_TTL_ONLY = frozenset({"ttl"})
+
+CallFields = tuple[str, dict[str, Any] | None, bool, int | None, Meta | None]
+"""``tools/call`` params as the dialect uses them: the tool's name, its arguments, whether a
+task was asked for (a ``task`` object), that task's ``ttl``, and ``_meta``."""
 
 
-def call_tool_params(params: dict[str, Any] | None) -> CallToolParams:
-    """``tools/call`` params, as :func:`~trio_mcp.protocol.converter.structure` reads them
-    (McpError -32602 naming the field otherwise). The common shape — a name, an arguments
-    object, a ``task`` with at most an integer ``ttl``, no ``_meta`` — is read directly.
+def call_tool_fields(params: dict[str, Any] | None) -> CallFields:
+    """``tools/call`` params, as :func:`~trio_mcp.protocol.converter.structure` reads them into
+    :class:`CallToolParams` (McpError -32602 naming the field otherwise). The common shape — a
+    name, an arguments object, a ``task`` with at most an integer ``ttl``, no ``_meta`` — is
+    read directly, without the two objects.
 
-    >>> call_tool_params({"name": "echo", "arguments": {"text": "hi"}, "task": {"ttl": 60000}})
-    CallToolParams(name='echo', arguments={'text': 'hi'}, task=TaskMetadata(ttl=60000), meta=None)
+    >>> call_tool_fields({"name": "echo", "arguments": {"text": "hi"}, "task": {"ttl": 60000}})
+    ('echo', {'text': 'hi'}, True, 60000, None)
     """
     if type(params) is dict and params.keys() <= _PLAIN_CALL_KEYS:
         name = params.get("name")
@@ -109,12 +115,20 @@ def call_tool_params(params: dict[str, Any] | None) -> CallToolParams:
         task = params.get("task")
         if type(name) is str and (arguments is None or type(arguments) is dict):
             if task is None:
-                return CallToolParams(name, arguments)
-            if type(task) is dict and task.keys() <= {"ttl"}:
+                return name, arguments, False, None, None
+            if type(task) is dict and task.keys() <= _TTL_ONLY:
                 ttl = task.get("ttl")
                 if ttl is None or type(ttl) is int:
-                    return CallToolParams(name, arguments, TaskMetadata(ttl))
-    return structure(params, CallToolParams)
+                    return name, arguments, True, ttl, None
+    call = structure(params, CallToolParams)
+    task_meta = call.task
+    return (
+        call.name,
+        call.arguments,
+        task_meta is not None,
+        task_meta.ttl if task_meta is not None else None,
+        call.meta,
+    )
 
 
 def log_params(threshold: str | None, level: str, data: Any, logger: str | None) -> dict[str, Any] | None:
@@ -211,19 +225,18 @@ class HandshakeDialect:
         return ErrorValue(METHOD_NOT_FOUND, f"Method not found: {method}")
 
     def _call_tool(self, params: dict[str, Any] | None, tool_support: ToolSupport) -> Command | ErrorValue:
-        call = call_tool_params(params)
-        token = progress_token_of(call.meta)
-        support = tool_support(call.name)
+        name, arguments, asked, ttl, meta = call_tool_fields(params)
+        token = progress_token_of(meta)
+        support = tool_support(name)
         if support is None:
-            return ErrorValue(INVALID_PARAMS, f"Unknown tool: '{call.name}'")
+            return ErrorValue(INVALID_PARAMS, f"Unknown tool: '{name}'")
         # ``"task": null`` is no task: a plain call. Before 2025-11-25 ``task`` means nothing.
-        as_task = call.task is not None and self.tasks_enabled
+        as_task = asked and self.tasks_enabled
         if as_task and support == "forbidden":
-            return ErrorValue(METHOD_NOT_FOUND, f"Tool '{call.name}' does not support task-augmented calls")
+            return ErrorValue(METHOD_NOT_FOUND, f"Tool '{name}' does not support task-augmented calls")
         if not as_task and support == "required" and self.tasks_enabled:
-            return ErrorValue(METHOD_NOT_FOUND, f"Tool '{call.name}' must be called as a task")
-        ttl = call.task.ttl if as_task and call.task is not None else None
-        return CallTool(call.name, call.arguments, token, as_task, ttl)
+            return ErrorValue(METHOD_NOT_FOUND, f"Tool '{name}' must be called as a task")
+        return CallTool(name, arguments, token, as_task, ttl if as_task else None)
 
     def interpret_notification(self, notification: Notification) -> CancelRequest | None:
         """``notifications/cancelled`` for a request id; None for anything needing no action."""
@@ -294,7 +307,7 @@ class HandshakeDialect:
             and "\\" not in task_id
         ):
             head = (
-                f'{{"taskId":"{task_id}","status":"{record.status.value}","createdAt":"{record.created_text}",'
+                f'{{"taskId":"{task_id}","status":"{record.status}","createdAt":"{record.created_text}",'
                 f'"lastUpdatedAt":"{record.updated_text}","ttl":{ttl}'
             )
             return (head + "}" if poll is None else f'{head},"pollInterval":{poll}}}').encode()
