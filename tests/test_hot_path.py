@@ -10,8 +10,8 @@
   one either; ``TaskSupervisor.current`` reads what a Poll would be answered without a
   message; the memory store takes changes and creations at once, keeping mailbox order;
 - a running tool is awaited by its task's actor directly (no frame of ours in between);
-- a record built field by field (``_build``: a new task, every change) is the frozen record
-  attrs builds of the same fields;
+- a frozen instance built by ``slot_builder`` (records, outcomes, requests, commands, the
+  create message) is the one attrs' ``__init__`` builds of the same fields, and as frozen;
 - a record's times are formatted once per change; a status notification and the cancel
   answer after it share one writing;
 - ``tools/call`` and task-query params of the common shape are read directly, exactly as the
@@ -38,16 +38,33 @@ from trio_mcp.actors._receiver import Started
 from trio_mcp.actors._session import _ToolWork
 from trio_mcp.actors.runtime import Reply
 from trio_mcp.actors.store import MemoryTaskStore
-from trio_mcp.actors.supervisor import NOT_FOUND, CreateTask, ListTasks, Route, TaskSupervisor, _TaskIds
+from trio_mcp.actors.supervisor import (
+    NOT_FOUND,
+    CreateTask,
+    ListTasks,
+    Route,
+    TaskSupervisor,
+    _TaskIds,
+    create_task,
+)
 from trio_mcp.actors.task_actor import AwaitResult, Cancel, Poll, TaskActor
 from trio_mcp.protocol import _json, jsonrpc
-from trio_mcp.protocol.commands import GetTask
+from trio_mcp.protocol._frozen import slot_builder
+from trio_mcp.protocol.commands import CallTool, GetTask, call_tool_command
 from trio_mcp.protocol.converter import structure
 from trio_mcp.protocol.errors import ErrorValue, McpError
 from trio_mcp.protocol.handshake import HandshakeDialect, call_tool_fields
 from trio_mcp.protocol.messages import CallToolParams, TaskIdParams
 from trio_mcp.protocol.modern import ModernScope
-from trio_mcp.protocol.records import TaskOutcome, TaskRecord, _build, new_record, record_to_json, task_fields
+from trio_mcp.protocol.records import (
+    TaskOutcome,
+    TaskRecord,
+    _build,
+    _outcome,
+    new_record,
+    record_to_json,
+    task_fields,
+)
 from trio_mcp.protocol.tasks import TaskStatus, format_timestamp
 from trio_mcp.server import Server
 
@@ -179,7 +196,7 @@ def test_a_record_built_field_by_field_is_the_frozen_record_attrs_builds(
         requests,
         version,
     )
-    built = _build(*fields, None)
+    built = _build(*fields, None, None)
     made = TaskRecord(*fields)
     assert type(built) is TaskRecord
     assert built == made and repr(built) == repr(made)
@@ -189,7 +206,49 @@ def test_a_record_built_field_by_field_is_the_frozen_record_attrs_builds(
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         built.status = TaskStatus.FAILED  # type: ignore[misc]
     # A known creation text is kept, not formatted again.
-    assert _build(*fields, "then").created_text == "then"
+    assert _build(*fields, "then", None).created_text == "then"
+
+
+def _nothing_to_do(actor: Any) -> Any:
+    raise AssertionError("never run")
+
+
+@pytest.mark.parametrize(
+    ("build", "cls", "fields"),
+    [
+        (_outcome, TaskOutcome, ({"content": []}, None, False, "done")),
+        (_outcome, TaskOutcome, (None, ErrorValue(-32603, "boom"), True, None)),
+        (jsonrpc._request, jsonrpc.Request, (7, "tools/call", {"name": "echo"})),
+        (call_tool_command, CallTool, ("echo", {"text": "x"}, "p1", True, 60000, False, None, None)),
+        (create_task, CreateTask, ("alice", _nothing_to_do, 1000, None, Reply())),
+    ],
+)
+def test_slot_builders_build_the_instance_init_builds(build: Any, cls: type, fields: tuple[Any, ...]) -> None:
+    built = build(*fields)
+    made = cls(*fields)
+    assert type(built) is cls
+    assert built == made and repr(built) == repr(made)
+    first = attrs.fields(cls)[0].name
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        setattr(built, first, None)
+
+
+def test_slot_builder_refuses_what_it_cannot_build_like_init() -> None:
+    @attrs.frozen  # a weak reference slot after the fields: not the draft's layout
+    class Weak:
+        x: int
+
+    @attrs.frozen(weakref_slot=False)
+    class Checked:
+        x: int = attrs.field(validator=attrs.validators.instance_of(int))
+
+    @attrs.frozen(weakref_slot=False, slots=False)
+    class Unslotted:
+        x: int
+
+    for cls in (Weak, Checked, Unslotted):
+        with pytest.raises(TypeError):
+            slot_builder(cls)
 
 
 def test_json_keeps_huge_integers_and_lone_surrogates() -> None:

@@ -15,7 +15,7 @@ from ..protocol.errors import ErrorValue, McpError
 from ..protocol.records import TaskOutcome, TaskRecord
 from ._endpoint import Endpoint
 from .runtime import Reply
-from .supervisor import CreateTask, ListTasks, Route, TaskSupervisor
+from .supervisor import ListTasks, Route, TaskSupervisor, create_task
 from .task_actor import AwaitResult, Cancel, Poll, ProvideInput, Work
 
 Rendered = dict[str, Any] | bytes | ErrorValue
@@ -103,7 +103,7 @@ class TaskReceiver:
         renderer = dialect or self.dialect
         reply: Reply[TaskRecord] = Reply()
         notify = watcher if watcher is not None else self._notifier(renderer)
-        self.supervisor.create(CreateTask(self.owner, work, ttl_ms, notify, reply))
+        self.supervisor.create(create_task(self.owner, work, ttl_ms, notify, reply))
 
         def render(record: TaskRecord) -> Rendered:
             return renderer.created_json(record, immediate_response)

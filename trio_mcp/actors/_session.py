@@ -60,7 +60,7 @@ from ..protocol.errors import (
 from ..protocol.handshake import HandshakeDialect
 from ..protocol.messages import CallToolResult, CreateTaskResult, Implementation, TaskSupport, Tool
 from ..protocol.modern import ModernDialect, ModernScope, is_modern
-from ..protocol.records import TaskOutcome, TaskRecord
+from ..protocol.records import TaskOutcome, TaskRecord, text_outcome
 from ..protocol.request_state import StateCodec, binding_of
 from ..protocol.tasks import TaskStatus
 from ..transports.base import Transport
@@ -381,7 +381,7 @@ class _ToolWork(StagedWork):
         if type(value) is str:
             # The commonest result, one text block, written directly: what the entry's result
             # unstructures to, and no era fails a task on it (it is not ``isError``).
-            return TaskOutcome(result={"content": [{"type": "text", "text": value}]})
+            return text_outcome(value)
         return self.scope.settle_tool_result(self.entry.finish(value))
 
     def fail(self, exc: Exception) -> TaskOutcome:

@@ -36,6 +36,7 @@ from typing import Any, cast
 import attrs
 import trio
 
+from ..protocol._frozen import slot_builder
 from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, TASK_LIMIT_REACHED, ErrorValue
 from ..protocol.records import TaskOutcome, TaskRecord, new_record
 from ..protocol.tasks import TaskStatus
@@ -130,7 +131,7 @@ class TaskLimits:
 
 
 # Messages.
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)  # no weak reference slot: built by slot_builder
 class CreateTask:
     """Create a task for ``owner``; answered with its first record. ``watcher`` is told every
     later record (status notifications)."""
@@ -140,6 +141,10 @@ class CreateTask:
     ttl_ms: int | None
     watcher: Callable[[TaskRecord], None] | None
     reply: Reply[TaskRecord]
+
+
+create_task = slot_builder(CreateTask)
+"""``CreateTask(...)`` of all five fields, positionally (every task creation)."""
 
 
 @attrs.frozen

@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from ._frozen import slot_builder
 from .messages import Implementation
 
 __all__ = [
@@ -63,7 +64,7 @@ class ListTools:
     cursor: str | None
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)  # no weak reference slot: built by slot_builder
 class CallTool:
     """Run a tool: as a task when ``as_task`` (the dialect has checked the tool allows it).
 
@@ -80,6 +81,10 @@ class CallTool:
     auto_task: bool = False
     input_responses: dict[str, Any] | None = None
     request_state: str | None = None
+
+
+call_tool_command = slot_builder(CallTool)
+"""``CallTool(...)`` of all eight fields, positionally (a dialect's hot path)."""
 
 
 @attrs.frozen

@@ -22,7 +22,6 @@ from typing import Any
 from . import _json
 from .commands import (
     AwaitTaskResult,
-    CallTool,
     CancelRequest,
     CancelTask,
     Command,
@@ -32,6 +31,7 @@ from .commands import (
     ListTools,
     Ping,
     SetLogLevel,
+    call_tool_command,
 )
 from .converter import structure, unstructure
 from .errors import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, ErrorValue, McpError
@@ -236,7 +236,7 @@ class HandshakeDialect:
             return ErrorValue(METHOD_NOT_FOUND, f"Tool '{name}' does not support task-augmented calls")
         if not as_task and support == "required" and self.tasks_enabled:
             return ErrorValue(METHOD_NOT_FOUND, f"Tool '{name}' must be called as a task")
-        return CallTool(name, arguments, token, as_task, ttl if as_task else None)
+        return call_tool_command(name, arguments, token, as_task, ttl if as_task else None, False, None, None)
 
     def interpret_notification(self, notification: Notification) -> CancelRequest | None:
         """``notifications/cancelled`` for a request id; None for anything needing no action."""

@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from . import _json
+from ._frozen import slot_builder
 from .errors import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
 
 __all__ = [
@@ -37,11 +38,14 @@ __all__ = [
 RequestId = int | str
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(weakref_slot=False)  # no weak reference slot: built by slot_builder
 class Request:
     id: RequestId
     method: str
     params: dict[str, Any] | None = None
+
+
+_request = slot_builder(Request)
 
 
 @attrs.frozen(slots=True)
@@ -125,7 +129,7 @@ def parse_object(obj: dict[str, Any]) -> Message:
             raise _invalid(INVALID_PARAMS, 'Invalid params: "params" must be an object', id_)
         if id_ is None:
             return Notification(method, params)
-        return Request(id_, method, params)
+        return _request(id_, method, params)
     if "result" in obj and "error" not in obj:
         result = obj["result"]
         if id_ is None or not isinstance(result, dict):
