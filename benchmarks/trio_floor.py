@@ -50,7 +50,8 @@ RELATED_TASK = "io.modelcontextprotocol/related-task"
 INVALID_PARAMS = -32602
 METHOD_NOT_FOUND = -32601
 TASK_CANCELLED = -32011  # what trio-mcp answers for tasks/result on a cancelled task
-GC_THRESHOLD = 20_000  # trio_mcp.server.tune_gc's
+GC_THRESHOLD = 5_000  # trio_mcp.server.tune_gc's
+GC_FULL_AFTER = 100_000  # trio_mcp.server.tune_gc's
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -328,10 +329,11 @@ async def serve_stdio(default_ttl_ms: int = LONG_TTL_MS, max_ttl_ms: int = LONG_
 
 
 def tune_gc() -> None:
-    """trio_mcp.server.tune_gc's settings: freeze what start-up made, young collections rarer."""
+    """trio_mcp.server.tune_gc's settings: freeze what start-up made; small young collections,
+    every second one also the middle generation; full collections rare."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(GC_THRESHOLD, 50, 1000)
+    gc.set_threshold(GC_THRESHOLD, 0, GC_FULL_AFTER)
 
 
 def main() -> None:

@@ -43,6 +43,7 @@ TOP_LEVEL_API = {
 }
 
 SERVER_API = {
+    "GC_FULL_AFTER",
     "GC_THRESHOLD",
     "Context",
     "Lifespan",

@@ -8,6 +8,7 @@ from ..actors.supervisor import TaskLimits
 from ._context import Context
 from ._http import McpHttpApp, mcp_asgi_app, serve_http
 from ._server import (
+    GC_FULL_AFTER,
     GC_THRESHOLD,
     Lifespan,
     RegisteredTool,
@@ -20,6 +21,7 @@ from ._server import (
 from ._websocket import serve_websocket
 
 __all__ = [
+    "GC_FULL_AFTER",
     "GC_THRESHOLD",
     "Context",
     "Lifespan",
