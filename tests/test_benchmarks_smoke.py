@@ -221,3 +221,31 @@ def test_smoke_run_covers_every_workload(tmp_path: Path) -> None:
 
     assert {t["result"] for t in data["targets"]} <= {"PASS", "MISS"}
     assert len(data["targets"]) >= 12
+
+
+def test_the_in_process_harness_measures_both_subjects() -> None:
+    # In a child process: the harness tunes the collector, which this process should keep.
+    for subject in ("trio-mcp", "bare-trio"):
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.inproc",
+                "--subject",
+                subject,
+                "--live",
+                "70",
+                "-n",
+                "70",
+                "--json",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        figures = json.loads(proc.stdout)
+        assert set(figures) == {"create_sleep", "create", "result", "get", "cancel"}
+        for op in figures.values():
+            assert op["cpu_us"] > 0 and op["gc_us"] >= 0
