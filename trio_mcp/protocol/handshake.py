@@ -236,6 +236,8 @@ class HandshakeDialect:
             return ErrorValue(METHOD_NOT_FOUND, f"Tool '{name}' does not support task-augmented calls")
         if not as_task and support == "required" and self.tasks_enabled:
             return ErrorValue(METHOD_NOT_FOUND, f"Tool '{name}' must be called as a task")
+        # CallTool(name, arguments, progress_token, as_task, ttl_ms) of this era: no server-directed
+        # task (auto_task), no input responses or request state (the modern era's retries).
         return call_tool_command(name, arguments, token, as_task, ttl if as_task else None, False, None, None)
 
     def interpret_notification(self, notification: Notification) -> CancelRequest | None:
