@@ -39,7 +39,7 @@ import trio
 from ..protocol._frozen import slot_builder
 from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, TASK_LIMIT_REACHED, ErrorValue
 from ..protocol.records import TaskOutcome, TaskRecord, new_record
-from ..protocol.tasks import TaskStatus
+from ..protocol.tasks import TERMINAL, TaskStatus
 from .runtime import Actor, Reply
 from .store import InvalidCursor, MemoryTaskStore, SharedTaskStore, TaskEvent, TaskStore
 from .task_actor import (
@@ -310,6 +310,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self._kept: dict[str, int] = {}  # tasks kept per owner (created here, not yet removed)
         self._owner_of: dict[str, str] = {}
         self._timer = trio.CancelScope()
+        self._timer_deadline = math.inf  # the timer's deadline (a property of Trio's, read per creation)
         self._nursery: trio.Nursery | None = None
         # Made once and shared: every live actor keeps a reference (a bound method made per
         # actor would be 64 bytes each).
@@ -395,7 +396,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
     # -- creation -------------------------------------------------------------------------
     def _refusal(self, owner: str) -> ErrorValue | None:
         limits = self.limits
-        if self.live_count(owner) >= limits.max_live_tasks_per_owner:
+        if len(self._live.get(owner, ())) >= limits.max_live_tasks_per_owner:
             return ErrorValue(
                 TASK_LIMIT_REACHED,
                 f"Too many live tasks: at most {limits.max_live_tasks_per_owner} per requestor",
@@ -480,8 +481,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         deadline = trio.current_time() + ttl / 1000
         self._deadline_of[task_id] = deadline
         heapq.heappush(self._deadlines, (deadline, task_id))
-        if deadline < self._timer.deadline:
-            self._timer.deadline = deadline
+        if deadline < self._timer_deadline:
+            self._timer_deadline = self._timer.deadline = deadline
         message.reply.send(record)
 
     # -- routing --------------------------------------------------------------------------
@@ -679,12 +680,13 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             actor.watcher(record)
         if self._watchers:
             self._tell_watchers(record)
-        if record.is_terminal:
-            self._forget_live(actor.owner, actor.task_id)
+        final = record.status in TERMINAL
+        if final:
+            self._forget_live(record.owner, record.task_id)
         if self._update_now is not None:
             # A store that never waits takes the change now, in order by construction: no
             # message, and a final record makes the task a record at once.
-            self._stored(actor, record, self._update_now(record), record.is_terminal)
+            self._stored(actor, record, self._update_now(record), final)
         else:
             self.mailbox.put(_Changed(actor, record), system=True)
 
@@ -927,7 +929,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
     async def _expire_loop(self) -> None:
         deadlines = self._deadlines
         while True:
-            self._timer = trio.CancelScope(deadline=deadlines[0][0] if deadlines else math.inf)
+            self._timer_deadline = deadlines[0][0] if deadlines else math.inf
+            self._timer = trio.CancelScope(deadline=self._timer_deadline)
             with self._timer:
                 await trio.sleep_forever()
             now = trio.current_time()
