@@ -34,12 +34,10 @@ import trio
 
 from trio_mcp.server import tune_gc
 
-from .memory import _INITIALIZE, _INITIALIZED, SLEEP_CALL, SUBJECTS
-from .server import build_server
+from .memory import _ANSWER_PREFIX, _INITIALIZE, _INITIALIZED, SLEEP_CALL, SUBJECTS, task_ids
+from .server import GcRecorder, build_server
 from .server import parse_args as server_options
 from .trio_floor import TrioFloor
-
-_ANSWER_PREFIX = b'{"jsonrpc":"2.0","id":'
 
 OPS = ("create", "result", "get", "cancel")
 WINDOW = 64
@@ -164,53 +162,32 @@ SERVE: dict[str, Callable[[Measure], Awaitable[None]]] = {
 }
 
 
-class _CollectorClock:
-    """Seconds spent in the cyclic collector since it was installed."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self._started = 0.0
-        gc.callbacks.append(self._tick)
-
-    def _tick(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-        else:
-            self.seconds += time.perf_counter() - self._started
-
-    def close(self) -> None:
-        gc.callbacks.remove(self._tick)
-
-
-def _task_ids(answers: list[bytes]) -> list[dict[str, Any]]:
-    return [{"taskId": json.loads(answer)["result"]["task"]["taskId"]} for answer in answers]
-
-
 def measure(subject: str, live: int, n: int, ops: Sequence[str] = OPS) -> dict[str, dict[str, float]]:
     """``{op: {"cpu_us": ..., "gc_us": ...}}`` per request, for each of ``ops`` and for
     ``create_sleep`` (the creation of the ``live`` sleep tasks)."""
     out: dict[str, dict[str, float]] = {}
 
     async def timed(name: str, driver: _Driver, method: str, params: list[dict[str, Any]]) -> list[bytes]:
-        collector = _CollectorClock()
+        collector = GcRecorder()
+        gc.callbacks.append(collector)
         started = time.process_time()
         try:
             answers = await driver.run(method, params)
         finally:
-            collector.close()
+            gc.callbacks.remove(collector)
         count = max(len(params), 1)
         out[name] = {
             "cpu_us": round((time.process_time() - started) / count * 1e6, 2),
-            "gc_us": round(collector.seconds / count * 1e6, 2),
+            "gc_us": round(sum(collector.seconds) / count * 1e6, 2),
         }
         return answers
 
     async def run(driver: _Driver) -> None:
         tune_gc()
-        sleeps = _task_ids(await timed("create_sleep", driver, "tools/call", [SLEEP_CALL] * live))
+        sleeps = task_ids(await timed("create_sleep", driver, "tools/call", [SLEEP_CALL] * live))
         echoes: list[dict[str, Any]] = []
         if "create" in ops or "result" in ops:
-            echoes = _task_ids(await timed("create", driver, "tools/call", [ECHO_CALL] * n))
+            echoes = task_ids(await timed("create", driver, "tools/call", [ECHO_CALL] * n))
             await trio.sleep(0.05)  # every echo has finished
         if "result" in ops:
             await timed("result", driver, "tasks/result", echoes)

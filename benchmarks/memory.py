@@ -91,6 +91,11 @@ def _request(request_id: int, method: str, params: dict[str, Any]) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode()
 
 
+def task_ids(answers: Sequence[bytes]) -> list[dict[str, Any]]:
+    """``{"taskId": ...}`` params for each CreateTaskResult answer."""
+    return [{"taskId": json.loads(answer)["result"]["task"]["taskId"]} for answer in answers]
+
+
 SLEEP_CALL = {"name": "sleep", "arguments": {"seconds": SLEEP_SECONDS}, "task": {}}
 
 
@@ -138,8 +143,7 @@ class Driver:
 
     async def warm_up(self) -> None:
         """WARMUP sleep tasks made, got and cancelled: code paths and free lists are warm."""
-        answers = await self.create_sleeps(WARMUP, keep=True)
-        by_id = [{"taskId": json.loads(a)["result"]["task"]["taskId"]} for a in answers]
+        by_id = task_ids(await self.create_sleeps(WARMUP, keep=True))
         await self.run("tasks/get", by_id)
         await self.run("tasks/cancel", by_id)
 
