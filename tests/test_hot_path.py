@@ -296,13 +296,19 @@ async def _created(supervisor: TaskSupervisor, owner: str = "alice") -> TaskReco
     return await reply.wait()
 
 
+async def _working(supervisor: TaskSupervisor) -> TaskRecord:
+    """A task of alice's whose work has started and now waits forever."""
+    record = await _created(supervisor)
+    supervisor.start_work("alice", record.task_id)
+    await trio.testing.wait_all_tasks_blocked()
+    return record
+
+
 async def test_queries_about_a_live_task_are_answered_before_any_checkpoint(autojump_clock: Any) -> None:
     supervisor = TaskSupervisor()
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.run)
-        record = await _created(supervisor)
-        supervisor.start_work("alice", record.task_id)
-        await trio.testing.wait_all_tasks_blocked()
+        record = await _working(supervisor)
         poll: Reply[TaskRecord] = Reply()
         supervisor.deliver(Route("alice", record.task_id, Poll(poll)))
         assert poll.answered  # no await between asking and the answer
@@ -356,9 +362,7 @@ async def test_current_reads_the_record_a_poll_would_be_answered_with(autojump_c
     supervisor = TaskSupervisor()
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.run)
-        record = await _created(supervisor)
-        supervisor.start_work("alice", record.task_id)
-        await trio.testing.wait_all_tasks_blocked()
+        record = await _working(supervisor)
         current = supervisor.current("alice", record.task_id)
         assert isinstance(current, TaskRecord) and current.status == TaskStatus.WORKING
         assert supervisor.current("mallory", record.task_id) == NOT_FOUND  # foreign looks missing
