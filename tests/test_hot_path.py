@@ -15,7 +15,9 @@
 - a record's times are formatted once per change; a status notification and the cancel
   answer after it share one writing;
 - ``tools/call`` and task-query params of the common shape are read directly, exactly as the
-  converter reads them.
+  converter reads them;
+- a one-text-block result is kept without being encoded only when its largest possible JSON
+  fits the size limit; a tool without a Context is started without a call object.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ from trio_mcp.protocol.records import (
     task_fields,
 )
 from trio_mcp.protocol.tasks import TaskStatus, format_timestamp
-from trio_mcp.server import Server
+from trio_mcp.server import Context, Server
 
 json_values = st.recursive(
     st.none()
@@ -130,6 +132,60 @@ def test_a_text_result_settles_its_task_as_the_general_path_does(text: str) -> N
     for scope in (HandshakeDialect(), ModernScope("2026-07-28", {}, None, None, server.info)):
         work = _ToolWork(None, entry, None, None, scope, None)  # type: ignore[arg-type]
         assert work.finish(text) == scope.settle_tool_result(entry.finish(text))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(max_size=40)
+    | st.text(st.sampled_from(["\x01", '"', "\\", "\ud800", "\U0001f600", "\u2028", "x"]), max_size=40),
+    limit=st.integers(0, 700),
+    extra=st.sampled_from([{}, {"annotations": {"audience": ["user"]}}]),
+)
+def test_a_result_over_the_size_limit_is_refused_whether_or_not_it_is_measured(
+    text: str, limit: int, extra: dict[str, Any]
+) -> None:
+    # A one-text-block result is let through without being encoded only when even its
+    # largest possible JSON fits; otherwise its encoded size decides, as for any result.
+    actor = TaskActor.__new__(TaskActor)
+    actor._host = type("Host", (), {"max_result_bytes": limit})()  # type: ignore[assignment]
+    outcome = TaskOutcome(result={"content": [{"type": "text", "text": text, **extra}]})
+    kept = actor._bounded(outcome)
+    fits = len(_json.dumps(outcome.result)) <= limit
+    assert (kept is outcome) is fits
+    if not fits:
+        assert kept.failed and kept.error is not None and kept.error.code == -32603
+
+
+async def test_a_tool_without_a_context_is_started_without_a_call_object() -> None:
+    server = Server("plain")
+    seen: list[Any] = []
+
+    @server.tool()
+    async def plain(text: str) -> str:
+        return text
+
+    @server.tool()
+    async def aware(text: str, ctx: Context) -> str:
+        seen.append(ctx)
+        return text
+
+    class Spy:  # the registered tool, noting the call object each start is given
+        def __init__(self, entry: Any) -> None:
+            self.entry = entry
+            self.context_param = entry.context_param
+            self.calls: list[Any] = []
+
+        def start(self, arguments: Any, call: Any) -> Any:
+            self.calls.append(call)
+            return self.entry.start(arguments, call)
+
+    for name, takes_context in (("plain", False), ("aware", True)):
+        spy = Spy(server.tools[name])
+        work = _ToolWork(None, spy, {"text": "hi"}, None, HandshakeDialect(), None)  # type: ignore[arg-type]
+        running = work.start(TaskActor.__new__(TaskActor))
+        assert await running == "hi"  # type: ignore[misc]
+        assert [call is not None for call in spy.calls] == [takes_context]
+    assert len(seen) == 1
 
 
 @settings(max_examples=300, deadline=None)

@@ -109,16 +109,19 @@ class Endpoint:
         if self.closed or self.overflowed:  # overflowed: closing; nothing more is kept for it
             return False
         self._outbound.append((data, on_written))
-        self._outbound_bytes += len(data)
-        if self._outbound_bytes > self.max_outbound_bytes:
+        waiting = self._outbound_bytes = self._outbound_bytes + len(data)
+        if waiting > self.max_outbound_bytes:
             log.warning(
                 "%s: %d bytes wait for a peer that does not read; closing the connection",
                 self.name,
-                self._outbound_bytes,
+                waiting,
             )
             self.overflowed = True
             self.abort()
-        self._wake_writer()
+        writer = self._writer  # _wake_writer, inline: every message passes here
+        if writer is not None:
+            self._writer = None
+            trio.lowlevel.reschedule(writer)
         return True
 
     async def send(self, data: bytes) -> None:
@@ -214,10 +217,12 @@ class Endpoint:
                 continue
             batch: list[bytes] = []
             callbacks: list[Callable[[], None]] = []
+            size = 0
             self._writing = True
             while outbound and len(batch) < MAX_BATCH:
                 data, on_written = outbound.popleft()
                 batch.append(data)
+                size += len(data)
                 if on_written is not None:
                     callbacks.append(on_written)
             if self._tracer is not None:
@@ -242,7 +247,7 @@ class Endpoint:
                 return
             finally:
                 self._writing = False
-                self._outbound_bytes -= sum(len(item) for item in batch)
+                self._outbound_bytes -= size
             if timer.cancelled_caught:
                 log.warning(
                     "%s: a write took over %gs; the peer is not reading: closing",

@@ -103,9 +103,15 @@ class ToolEntry(Protocol):
     @property
     def immediate_response(self) -> str | None: ...
 
+    @property
+    def context_param(self) -> str | None:
+        """The parameter the tool takes its Context by, if it takes one."""
+
     def call(self, arguments: dict[str, Any] | None, call: ToolCall) -> Awaitable[CallToolResult]: ...
 
-    def start(self, arguments: dict[str, Any] | None, call: ToolCall) -> Awaitable[Any] | CallToolResult: ...
+    def start(
+        self, arguments: dict[str, Any] | None, call: ToolCall | None
+    ) -> Awaitable[Any] | CallToolResult: ...
 
     def finish(self, value: Any) -> CallToolResult: ...
 
@@ -370,9 +376,15 @@ class _ToolWork(StagedWork):
         self.mrtr = mrtr
 
     def start(self, actor: TaskActor) -> Awaitable[Any] | TaskOutcome:
-        call = ToolCall(self.session, self.progress_token, actor, self.scope, self.mrtr)
+        entry = self.entry
+        # The tool's call context, made only for a tool that takes a Context.
+        call = (
+            ToolCall(self.session, self.progress_token, actor, self.scope, self.mrtr)
+            if entry.context_param is not None
+            else None
+        )
         arguments, self.arguments = self.arguments, None  # the tool has them now: not kept
-        running = self.entry.start(arguments, call)
+        running = entry.start(arguments, call)
         if isinstance(running, CallToolResult):
             return self.scope.settle_tool_result(running)
         return running

@@ -167,16 +167,18 @@ class MemoryTaskStore:
 
     def create_now(self, record: TaskRecord) -> None:
         """:meth:`create` without waiting (the supervisor creates a task with it at once)."""
-        if record.task_id in self._rows:
-            raise ValueError(f"task {record.task_id!r} exists")
-        index = self._by_owner.get(record.owner)
+        task_id = record.task_id
+        rows = self._rows
+        if task_id in rows:
+            raise ValueError(f"task {task_id!r} exists")
+        owner = record.owner
+        index = self._by_owner.get(owner)
         if index is None:
-            epoch = text_digest(record.task_id, 8)
-            index = self._by_owner[record.owner] = _OwnerIndex(_owner_tag(record.owner), epoch)
-        index.counter += 1
-        index.positions.append(index.counter)  # positions only grow: the list stays sorted
-        index.ids[index.counter] = record.task_id
-        self._rows[record.task_id] = _Row(record, index.counter)
+            index = self._by_owner[owner] = _OwnerIndex(_owner_tag(owner), text_digest(task_id, 8))
+        position = index.counter = index.counter + 1
+        index.positions.append(position)  # positions only grow: the list stays sorted
+        index.ids[position] = task_id
+        rows[task_id] = _Row(record, position)
         if self._expiries is not None:
             heapq.heappush(self._expiries, (record.expires_at, record.task_id))
 

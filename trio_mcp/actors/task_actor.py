@@ -58,6 +58,8 @@ _CANCELLED_BY_REQUEST = TaskOutcome(error=CANCELLED, failed=True, message=_BY_RE
 
 
 _PRUNE_FROM = 8
+_CONTENT_ONLY = frozenset(("content",))
+_TEXT_BLOCK = frozenset(("type", "text"))
 """``tasks/result`` waiters a task keeps before it first drops abandoned ones."""
 
 
@@ -332,9 +334,20 @@ class TaskActor:
     def _bounded(self, outcome: TaskOutcome) -> TaskOutcome:
         """The outcome to keep: a result over ``max_result_bytes`` (JSON) is replaced by an error."""
         limit = self._host.max_result_bytes
-        if limit is None or outcome.result is None:
+        result = outcome.result
+        if limit is None or result is None:
             return outcome
-        size = len(_json.dumps(outcome.result))
+        if result.keys() == _CONTENT_ONLY:
+            # One text block (a tool that returned a string): its JSON is at most 12 bytes
+            # per character (an escaped surrogate pair) and the fixed keys; not encoded.
+            content = result["content"]
+            if type(content) is list and len(content) == 1:
+                block = content[0]
+                if type(block) is dict and block.keys() == _TEXT_BLOCK and block["type"] == "text":
+                    text = block["text"]
+                    if type(text) is str and 12 * len(text) + 64 <= limit:
+                        return outcome
+        size = len(_json.dumps(result))
         if size <= limit:
             return outcome
         return TaskOutcome.from_error(

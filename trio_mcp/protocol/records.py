@@ -203,7 +203,9 @@ _WORKING = TaskStatus.WORKING
 def new_record(
     task_id: str, owner: str, *, now: float, ttl_ms: int, poll_interval_ms: int | None
 ) -> TaskRecord:
-    """A fresh ``working`` task created at ``now``, expiring ``ttl_ms`` later."""
+    """A fresh ``working`` task created at ``now``, expiring ``ttl_ms`` later. Its time is
+    formatted now: every era's answer to a creation writes it."""
+    text = format_timestamp(now)
     return _build(
         task_id,
         owner,
@@ -217,8 +219,8 @@ def new_record(
         None,
         {},
         0,
-        None,
-        None,
+        text,
+        text,
     )
 
 

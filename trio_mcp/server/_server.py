@@ -109,10 +109,13 @@ class RegisteredTool:
             return self.failed(exc)
         return self.finish(value)
 
-    def start(self, arguments: dict[str, Any] | None, call: ToolCall) -> Awaitable[Any] | CallToolResult:
+    def start(
+        self, arguments: dict[str, Any] | None, call: ToolCall | None
+    ) -> Awaitable[Any] | CallToolResult:
         """The first part of :meth:`call`, which never waits: the tool's running coroutine,
         or the ``isError`` result for bad arguments. Await the coroutine, then hand what it
         returns to :meth:`finish` (an exception other than McpError to :meth:`failed`).
+        ``call`` may be None for a tool that takes no Context (its ``context_param`` is None).
 
         A task runs its tool in these parts, so that no frame of ours sits between the task's
         actor and the tool while it runs (each would be kept for the task's whole life)."""
@@ -121,6 +124,8 @@ class RegisteredTool:
         except ArgumentError as exc:
             return error_result(f"Invalid arguments for tool '{self.name}': {exc}")
         if self.context_param is not None:
+            if call is None:
+                raise TypeError(f"tool '{self.name}' takes a Context: start it with its call")
             kwargs[self.context_param] = Context(call)
         try:
             return self.fn(**kwargs)
