@@ -469,6 +469,50 @@ def test_round_trip_at_arbitrary_chunk_boundaries(
     assert trio.run(main) == messages
 
 
+def reference_lines(data: bytes, limit: int) -> list[bytes | None]:
+    """What the module docstring promises for ``data`` (None: MessageTooLarge): lines split
+    on LF, one trailing CR dropped, blank lines skipped unless over the limit."""
+    out: list[bytes | None] = []
+    for line in data.split(b"\n"):
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if len(line) > limit:
+            out.append(None)
+        elif line and not line.isspace():
+            out.append(line)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(st.binary(max_size=12).map(lambda b: b.replace(b"\n", b"x")), max_size=12),
+    blanks=st.lists(st.sampled_from([b"", b" ", b"\t \r", b"\r"]), max_size=12),
+    crlf=st.lists(st.booleans(), min_size=24, max_size=24),
+    cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=20),
+    limit=st.integers(min_value=1, max_value=10),
+)
+def test_blank_and_oversized_lines_at_arbitrary_chunk_boundaries(
+    lines: list[bytes], blanks: list[bytes], crlf: list[bool], cuts: list[int], limit: int
+) -> None:
+    mixed = [x for pair in itertools.zip_longest(lines, blanks) for x in pair if x is not None]
+    data = b"".join(m + (b"\r\n" if cr else b"\n") for m, cr in zip(mixed, crlf, strict=False))
+    bounds = sorted({0, len(data), *(c % (len(data) + 1) for c in cuts)})
+    chunks = [data[a:b] for a, b in itertools.pairwise(bounds)]
+
+    async def main() -> list[bytes | None]:
+        transport, _ = scripted(chunks, max_message_size=limit)
+        got: list[bytes | None] = []
+        while True:
+            try:
+                got.append(await transport.receive())
+            except MessageTooLarge:
+                got.append(None)
+            except trio.EndOfChannel:
+                return got
+
+    assert trio.run(main) == reference_lines(data, limit)
+
+
 # ------------------------------------------------------------------------- subprocesses
 
 ECHO = textwrap.dedent(

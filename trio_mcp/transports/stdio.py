@@ -190,6 +190,22 @@ class StreamTransport(trio.abc.AsyncResource):
             raise trio.ClosedResourceError("transport was closed")
         # Cancellation point before any state changes, so a cancelled receive never loses a line.
         await trio.lowlevel.checkpoint_if_cancelled()
+        # The commonest case, read here: a whole LF-terminated line of the current chunk, with
+        # nothing carried over and nothing being skipped. Anything else takes the loop below.
+        chunk = self._chunk
+        pos = self._pos
+        nl = chunk.find(_NEWLINE, pos)
+        if (
+            nl > pos
+            and nl - pos <= self.max_message_size
+            and chunk[nl - 1] != _CR
+            and not self._partial
+            and not self._discarding
+        ):
+            line = chunk[pos:nl]
+            if not line.isspace():
+                self._pos = nl + 1
+                return line
         self._receiving = True
         try:
             while True:
