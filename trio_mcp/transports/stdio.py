@@ -202,10 +202,10 @@ class StreamTransport(trio.abc.AsyncResource):
             and not self._partial
             and not self._discarding
         ):
-            line = chunk[pos:nl]
-            if not line.isspace():
+            found = chunk[pos:nl]
+            if not found.isspace():
                 self._pos = nl + 1
-                return line
+                return found
         self._receiving = True
         try:
             while True:
