@@ -218,10 +218,10 @@ class StreamTransport(trio.abc.AsyncResource):
                         return line
                     raise trio.EndOfChannel
                 # Cancelling this await is safe: nothing has been consumed yet.
-                chunk = await self._receive_stream.receive_some(RECEIVE_CHUNK_SIZE)
-                if chunk:
+                data = await self._receive_stream.receive_some(RECEIVE_CHUNK_SIZE)
+                if data:
                     # Slices of the chunk are returned as messages, so they must be bytes.
-                    self._chunk = chunk if type(chunk) is bytes else bytes(chunk)
+                    self._chunk = data if type(data) is bytes else bytes(data)
                     self._pos = 0
                 else:
                     self._eof = True
