@@ -743,8 +743,14 @@ class SessionActor(Endpoint):
 
     async def _admit(self, request: jsonrpc.Request) -> bool:
         """Count one more outstanding request, or refuse it at once past the limit."""
+        if self._counted():
+            return True
+        await self.respond_error(request.id, TOO_MANY_REQUESTS)
+        return False
+
+    def _counted(self) -> bool:
+        """:meth:`_admit` without the refusal: False (nothing counted) past the limit."""
         if self._outstanding >= MAX_WAITING_REQUESTS:
-            await self.respond_error(request.id, TOO_MANY_REQUESTS)
             return False
         self._outstanding += 1
         return True
@@ -768,7 +774,8 @@ class SessionActor(Endpoint):
         Queries about existing tasks (get, cancel, list, update) are answered in microseconds
         and are not counted against :data:`MAX_WAITING_REQUESTS`, so a cancel always gets
         through; a task creation (``counted``) is, until its answer is written."""
-        if counted and not await self._admit(request):
+        if counted and not self._counted():
+            await self.respond_error(request.id, TOO_MANY_REQUESTS)
             return
         release = self._release if counted else _nothing
         try:
@@ -798,17 +805,19 @@ class SessionActor(Endpoint):
     ) -> None:
         # Runs in the answering actor's task: it must never raise into it.
         self._queries -= 1
-        after: Callable[[], None] | None = None
+        after = started.after  # run with the answer once it is queued, unless it is an error
         value: Any = None
         try:
             value = reply.unwrap()
             rendered = started.render(value)
             data = encode_answer(request_id, rendered)
-            if started.after is not None and not isinstance(rendered, ErrorValue):
-                after = functools.partial(started.after, value)
+            if isinstance(rendered, ErrorValue):
+                after = None
         except McpError as exc:
+            after = None
             data = jsonrpc.encode_error(request_id, exc.code, exc.message, exc.data)
         except Exception as exc:
+            after = None
             log.error("answering request %r failed: %r", request_id, exc, exc_info=exc)
             data = jsonrpc.encode_error(request_id, INTERNAL_ERROR, f"Internal error: {exc}")
         if after is None:
@@ -826,7 +835,7 @@ class SessionActor(Endpoint):
             # (often into the same write). Until that answer is written the task is one the
             # client may never hear of: if the connection ends first, it is removed.
             self._unwritten.add(created)
-            after()
+            after(value)
         else:
             release()
             # Created for a connection that has gone: nobody got its id, never start it.

@@ -176,13 +176,15 @@ class Reply(Generic[T]):
         if self._state is _WAITING:
             self._value = value
             self._state = _SENT
-            self._answered()
+            if self._waiter is not None or self._callback is not None:
+                self._answered()
 
     def fail(self, error: BaseException) -> None:
         if self._state is _WAITING:
             self._error = error
             self._state = _FAILED
-            self._answered()
+            if self._waiter is not None or self._callback is not None:
+                self._answered()
 
     def _answered(self) -> None:
         waiter, self._waiter = self._waiter, None

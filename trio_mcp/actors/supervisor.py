@@ -312,6 +312,9 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self._timer = trio.CancelScope()
         self._timer_deadline = math.inf  # the timer's deadline (a property of Trio's, read per creation)
         self._nursery: trio.Nursery | None = None
+        # Trio's time, read through the run's clock once it runs (trio.current_time() is
+        # three calls deep; this is read at every creation).
+        self._trio_now: Callable[[], float] = trio.current_time
         # Made once and shared: every live actor keeps a reference (a bound method made per
         # actor would be 64 bytes each).
         self._actor_host = ActorHost(
@@ -339,6 +342,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            self._trio_now = trio.lowlevel.current_clock().current_time
             await self._sweep_due()
             durable = getattr(self.store, "recover", None) is not None
             if durable:
@@ -478,7 +482,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self._live_total += 1
         self._kept[owner] = self._kept.get(owner, 0) + 1
         self._owner_of[task_id] = owner
-        deadline = trio.current_time() + ttl / 1000
+        deadline = self._trio_now() + ttl / 1000
         self._deadline_of[task_id] = deadline
         heapq.heappush(self._deadlines, (deadline, task_id))
         if deadline < self._timer_deadline:
