@@ -97,8 +97,9 @@ class Sizes:
     raw floor at the main L (``benchmarks/peers/compare.py``)."""
     ts: bool = True
     """Include the TypeScript SDK peer (Node 22 and the SDK in .cache/bench/, installed once)."""
-    peer_repeats: int = 3
-    """Interleaved runs of every peer; the figures are their medians."""
+    peer_repeats: int = 5
+    """Interleaved runs of every peer; the figures are their medians. (Five, not three: single
+    runs on a shared 2-core machine swing by a third, and a median of three moves with one.)"""
     breakdown: bool = True
     """Workload 12: where a live task's memory goes, in-process (``benchmarks/memory.py``)."""
     breakdown_trace_live: int = 2_000
