@@ -213,10 +213,12 @@ class _Exchange:
     async def write(self, data: bytes) -> bool:
         return await self._out({"type": "http.response.body", "body": data, "more_body": True})
 
-    async def end(self) -> None:
-        if not self.finished:
-            self.finished = True
-            await self._out({"type": "http.response.body", "body": b"", "more_body": False})
+    async def end(self, data: bytes = b"") -> bool:
+        """Write ``data`` as the body's last part (one ASGI send, not a write and an empty end)."""
+        if self.finished:
+            return False
+        self.finished = True
+        return await self._out({"type": "http.response.body", "body": data, "more_body": False})
 
     async def respond(
         self,
@@ -258,24 +260,21 @@ class _Exchange:
 
 
 async def _until_disconnect(exchange: _Exchange, work: Callable[[], Awaitable[None]]) -> bool:
-    """Run ``work``; cancel it if the client disconnects first. True if it ran to its end."""
-    done = False
+    """Run ``work``; cancel it if the client disconnects first. True if it ran to its end.
+
+    ``work`` runs in the calling task; one watcher task reads the exchange until its disconnect
+    (hypercorn, like the ASGI spec, also reports one once the response is complete)."""
     async with trio.open_nursery() as nursery:
+        nursery.start_soon(_cancel_on_disconnect, exchange, nursery.cancel_scope)
+        await work()
+        nursery.cancel_scope.cancel()
+        return True
+    return False  # the watcher cancelled the work (mypy: not unreachable, the scope absorbs it)
 
-        async def watch() -> None:
-            await exchange.disconnected.wait()
-            nursery.cancel_scope.cancel()
 
-        async def run() -> None:
-            nonlocal done
-            await work()
-            done = True
-            nursery.cancel_scope.cancel()
-
-        nursery.start_soon(exchange.watch)
-        nursery.start_soon(watch)
-        nursery.start_soon(run)
-    return done
+async def _cancel_on_disconnect(exchange: _Exchange, scope: trio.CancelScope) -> None:
+    await exchange.watch()
+    scope.cancel()
 
 
 # -- handshake-era sessions -----------------------------------------------------------------
@@ -864,10 +863,11 @@ class McpHttpApp:
             return
         data = first
         while True:
+            if _classify(data)[0] == "response":
+                await exchange.end(sse_event(data))  # the last event and the end: one send
+                return
             if not await exchange.write(sse_event(data)):
                 return
-            if _classify(data)[0] == "response":
-                break
             following: bytes | None = None
             ended = False
             while following is None and not ended:
@@ -1012,31 +1012,44 @@ class McpHttpApp:
                 if not await exchange.start_sse():
                     return
                 priming = sse_event("", id=format_event_id(stream.key, after), retry=self.retry_ms)
-                if not await exchange.write(priming):
-                    return
+                pending = [priming]
+                cursor = after
 
-                async def pump() -> None:
-                    cursor = after
+                async def drain() -> trio.Event | None:
+                    """Write what is ready (pending bytes, then every new event) in one body
+                    part, the last one when the stream is over. The event to wait on for more,
+                    or None when this response is over (or the client went)."""
+                    nonlocal cursor
                     while True:
                         changed = stream.changed
-                        new = stream.after(cursor)
-                        for event in new:
-                            if not await exchange.write(
-                                sse_event(event.data, id=format_event_id(stream.key, event.seq))
-                            ):
-                                return
+                        for event in stream.after(cursor):
+                            pending.append(sse_event(event.data, id=format_event_id(stream.key, event.seq)))
                             cursor = event.seq
-                            stream.sent_upto = max(stream.sent_upto, cursor)
-                        if new:
-                            continue
-                        if (stream.finished and stream.key != GET_STREAM) or session.closed:
-                            return
+                        over = (stream.finished and stream.key != GET_STREAM) or session.closed
+                        if not pending:
+                            return None if over else changed
+                        data = b"".join(pending)
+                        pending.clear()
+                        if not await (exchange.end(data) if over else exchange.write(data)):
+                            return None
+                        stream.sent_upto = max(stream.sent_upto, cursor)
+                        if over:
+                            return None
+
+                async def pump(changed: trio.Event) -> None:
+                    while True:
                         with trio.move_on_after(self.keepalive_interval) as quiet:
                             await changed.wait()
-                        if quiet.cancelled_caught and not await exchange.write(sse_comment()):
+                        if quiet.cancelled_caught:
+                            pending.append(sse_comment())
+                        following = await drain()
+                        if following is None:
                             return
+                        changed = following
 
-                await _until_disconnect(exchange, pump)
+                changed = await drain()  # often the whole answer is ready: no watcher needed
+                if changed is not None:
+                    await _until_disconnect(exchange, functools.partial(pump, changed))
         finally:
             if stream.consumer is scope:
                 stream.consumer = None
