@@ -314,6 +314,32 @@ async def test_handshake_tools_call_is_sse_with_ids_priming_and_retry(
         assert response["result"]["content"][0]["text"] == "hi"
 
 
+async def test_handshake_task_augmented_call_body_is_priming_then_response(
+    url: str, http: httpx.AsyncClient
+) -> None:
+    """The server writes what is ready in one body part (priming and the response, when the
+    response is already there); the client still sees the priming event first, with its id and
+    ``retry``, then the response event on the same stream, and the body ends after it."""
+    with trio.fail_after(10):
+        session = await initialize(http, url)
+        for request_id in (2, 3):  # a second POST stream: its own key, the same shape
+            params = {"name": "echo", "arguments": {"text": "hi"}, "task": {"ttl": 60_000}}
+            r = await http.post(
+                url, content=rpc(request_id, "tools/call", params), headers=session_headers(session)
+            )
+            assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+            assert r.content.startswith(f"retry: {RETRY_MS}\nid: p".encode()) and r.content.endswith(b"\n\n")
+            seen = SSEDecoder().feed(r.content)
+            assert len(seen) == 2, seen
+            priming, answer = seen
+            assert priming.data == "" and priming.retry == RETRY_MS
+            first, last = parse_event_id(priming.id or ""), parse_event_id(answer.id or "")
+            assert first is not None and last is not None
+            assert first[0] == last[0] and last[1] > first[1]  # one stream, ids in order
+            response = json.loads(answer.data)
+            assert response["id"] == request_id and response["result"]["task"]["taskId"]
+
+
 async def test_handshake_progress_goes_on_the_post_stream(
     url: str, http: httpx.AsyncClient, probe: Probe
 ) -> None:

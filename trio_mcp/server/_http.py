@@ -142,6 +142,13 @@ def _quoted(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+@functools.lru_cache(maxsize=64)
+def _accepts_post(values: tuple[str, ...]) -> bool:
+    """Whether ``Accept`` header ``values`` allow a POST's answer (both types); clients send
+    the same few values again and again."""
+    return accepts(values, JSON, SSE)
+
+
 def _error_body(code: int, message: str, id: jsonrpc.RequestId | None = None, data: Any = None) -> bytes:
     return jsonrpc.encode_error(id, code, message, data)
 
@@ -157,9 +164,14 @@ class _Exchange:
         self._receive = receive
         self._send = send
         self.headers: dict[str, list[str]] = {}
+        headers = self.headers
         for raw_name, raw_value in scope.get("headers") or ():
-            name = bytes(raw_name).decode("latin-1").lower()
-            self.headers.setdefault(name, []).append(bytes(raw_value).decode("latin-1"))
+            name = (raw_name if type(raw_name) is bytes else bytes(raw_name)).decode("latin-1").lower()
+            value = (raw_value if type(raw_value) is bytes else bytes(raw_value)).decode("latin-1")
+            if name in headers:
+                headers[name].append(value)
+            else:
+                headers[name] = [value]
         self.started = False
         self.finished = False
         self.disconnected = trio.Event()
@@ -213,10 +225,12 @@ class _Exchange:
     async def write(self, data: bytes) -> bool:
         return await self._out({"type": "http.response.body", "body": data, "more_body": True})
 
-    async def end(self) -> None:
-        if not self.finished:
-            self.finished = True
-            await self._out({"type": "http.response.body", "body": b"", "more_body": False})
+    async def end(self, data: bytes = b"") -> bool:
+        """Write ``data`` as the body's last part (one ASGI send, not a write and an empty end)."""
+        if self.finished:
+            return False
+        self.finished = True
+        return await self._out({"type": "http.response.body", "body": data, "more_body": False})
 
     async def respond(
         self,
@@ -257,25 +271,39 @@ class _Exchange:
         return await self.start(200, headers)
 
 
-async def _until_disconnect(exchange: _Exchange, work: Callable[[], Awaitable[None]]) -> bool:
-    """Run ``work``; cancel it if the client disconnects first. True if it ran to its end."""
-    done = False
-    async with trio.open_nursery() as nursery:
+async def _until_disconnect(
+    exchange: _Exchange, work: Callable[[], Awaitable[None]], watchers: trio.Nursery | None
+) -> bool:
+    """Run ``work``; cancel it if the client disconnects first. True if it ran to its end.
 
-        async def watch() -> None:
-            await exchange.disconnected.wait()
-            nursery.cancel_scope.cancel()
-
-        async def run() -> None:
-            nonlocal done
+    ``work`` runs in the calling task; one watcher task, started in ``watchers`` (the app's
+    long-lived nursery, so that the request need not wait for it to end), reads the exchange
+    until its disconnect and is cancelled when ``work`` ends."""
+    if watchers is None:  # the app is stopping: a nursery of our own
+        async with trio.open_nursery() as nursery:
+            return await _until_disconnect(exchange, work, nursery)
+    scope = trio.CancelScope()
+    watching = trio.CancelScope()
+    watchers.start_soon(_cancel_on_disconnect, exchange, scope, watching)
+    try:
+        with scope:
             await work()
-            done = True
-            nursery.cancel_scope.cancel()
+            return True
+        return False  # the watcher cancelled the work (mypy: not unreachable, the scope absorbs it)
+    finally:
+        watching.cancel()
 
-        nursery.start_soon(exchange.watch)
-        nursery.start_soon(watch)
-        nursery.start_soon(run)
-    return done
+
+async def _cancel_on_disconnect(
+    exchange: _Exchange, scope: trio.CancelScope, watching: trio.CancelScope
+) -> None:
+    with watching:
+        try:
+            await exchange.watch()
+        except Exception as exc:  # not the app's nursery's to handle: the exchange is over
+            log.debug("reading an HTTP request for its disconnect failed: %r", exc)
+            exchange.disconnected.set()
+        scope.cancel()
 
 
 # -- handshake-era sessions -----------------------------------------------------------------
@@ -386,7 +414,8 @@ class _Session:
             stream.wake()
 
     async def feed(self, data: bytes) -> bool:
-        """Give the actor one message; False if the session has ended."""
+        """Give the actor one message; False if the session has ended. Without a pause when
+        the actor's queue has room (the caller's next await lets the actor run)."""
         try:
             await self._in_send.send(data)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -720,7 +749,7 @@ class McpHttpApp:
 
     # -- POST -------------------------------------------------------------------------------
     async def _post(self, exchange: _Exchange, body: bytes, identity: str | None) -> None:
-        if not accepts(exchange.headers.get("accept", []), JSON, SSE):
+        if not _accepts_post(tuple(exchange.headers.get("accept", ()))):
             await exchange.error(406, f"Not acceptable: the Accept header must list {JSON} and {SSE}")
             return
         content_type = (exchange.header("content-type") or "").split(";", 1)[0].strip().lower()
@@ -846,7 +875,7 @@ class McpHttpApp:
                 await self._answer_modern(exchange, transport)
                 nursery.cancel_scope.cancel()
 
-        if not await _until_disconnect(exchange, serve):
+        if not await _until_disconnect(exchange, serve, self._nursery):
             log.debug("modern request %r cancelled: the client closed its response", message.id)
 
     async def _answer_modern(self, exchange: _Exchange, transport: _OneShot) -> None:
@@ -864,10 +893,11 @@ class McpHttpApp:
             return
         data = first
         while True:
+            if _classify(data)[0] == "response":
+                await exchange.end(sse_event(data))  # the last event and the end: one send
+                return
             if not await exchange.write(sse_event(data)):
                 return
-            if _classify(data)[0] == "response":
-                break
             following: bytes | None = None
             ended = False
             while following is None and not ended:
@@ -967,7 +997,7 @@ class McpHttpApp:
         async def wait() -> None:
             await waiter.done.wait()
 
-        if not await _until_disconnect(exchange, wait):
+        if not await _until_disconnect(exchange, wait, self._nursery):
             session.abandon(request.id, waiter)
             if creating:
                 self._end(session)
@@ -1012,31 +1042,44 @@ class McpHttpApp:
                 if not await exchange.start_sse():
                     return
                 priming = sse_event("", id=format_event_id(stream.key, after), retry=self.retry_ms)
-                if not await exchange.write(priming):
-                    return
+                pending = [priming]
+                cursor = after
 
-                async def pump() -> None:
-                    cursor = after
+                async def drain() -> trio.Event | None:
+                    """Write what is ready (pending bytes, then every new event) in one body
+                    part, the last one when the stream is over. The event to wait on for more,
+                    or None when this response is over (or the client went)."""
+                    nonlocal cursor
                     while True:
                         changed = stream.changed
-                        new = stream.after(cursor)
-                        for event in new:
-                            if not await exchange.write(
-                                sse_event(event.data, id=format_event_id(stream.key, event.seq))
-                            ):
-                                return
+                        for event in stream.after(cursor):
+                            pending.append(sse_event(event.data, id=format_event_id(stream.key, event.seq)))
                             cursor = event.seq
-                            stream.sent_upto = max(stream.sent_upto, cursor)
-                        if new:
-                            continue
-                        if (stream.finished and stream.key != GET_STREAM) or session.closed:
-                            return
+                        over = (stream.finished and stream.key != GET_STREAM) or session.closed
+                        if not pending:
+                            return None if over else changed
+                        data = b"".join(pending)
+                        pending.clear()
+                        if not await (exchange.end(data) if over else exchange.write(data)):
+                            return None
+                        stream.sent_upto = max(stream.sent_upto, cursor)
+                        if over:
+                            return None
+
+                async def pump(changed: trio.Event) -> None:
+                    while True:
                         with trio.move_on_after(self.keepalive_interval) as quiet:
                             await changed.wait()
-                        if quiet.cancelled_caught and not await exchange.write(sse_comment()):
+                        if quiet.cancelled_caught:
+                            pending.append(sse_comment())
+                        following = await drain()
+                        if following is None:
                             return
+                        changed = following
 
-                await _until_disconnect(exchange, pump)
+                changed = await drain()  # often the whole answer is ready: no watcher needed
+                if changed is not None:
+                    await _until_disconnect(exchange, functools.partial(pump, changed), self._nursery)
         finally:
             if stream.consumer is scope:
                 stream.consumer = None
