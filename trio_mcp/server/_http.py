@@ -414,8 +414,7 @@ class _Session:
             stream.wake()
 
     async def feed(self, data: bytes) -> bool:
-        """Give the actor one message; False if the session has ended. Without a pause when
-        the actor's queue has room (the caller's next await lets the actor run)."""
+        """Give the actor one message; False if the session has ended."""
         try:
             await self._in_send.send(data)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
