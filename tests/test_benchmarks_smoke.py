@@ -10,11 +10,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -249,3 +253,35 @@ def test_the_in_process_harness_measures_both_subjects() -> None:
         assert set(figures) == {"create_sleep", "create", "result", "get", "cancel"}
         for op in figures.values():
             assert op["cpu_us"] > 0 and op["gc_us"] >= 0
+
+
+def test_instruction_counts_come_from_the_real_server_process() -> None:
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind is not installed")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.instructions", "--subject", "bare-trio", "--sizes", "20", "60"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    match = re.fullmatch(r"bare-trio: instructions ([\d,]+) per create\n", proc.stdout)
+    assert match is not None, proc.stdout
+    # A create costs the floor some 250k instructions; start-up (tens of millions) cancels out.
+    assert 50_000 < int(match.group(1).replace(",", "")) < 2_000_000
+
+
+def test_cachegrind_totals_are_read_from_its_summary() -> None:
+    log = (
+        "==7== I   refs:      2,059,682,073\n==7== I1  misses:       39,336,051\n"
+        "==7== D1  misses:       31,946,305  ( 28,632,639 rd   +   3,313,666 wr)\n"
+    )
+    from benchmarks.instructions import totals
+
+    assert totals(log) == {
+        "instructions": 2_059_682_073,
+        "d1_read_misses": 28_632_639,
+        "i1_misses": 39_336_051,
+    }
+    assert totals("==7== I   refs:      1,000\n") == {"instructions": 1000}

@@ -59,8 +59,10 @@ def peer_argv(name: str) -> list[str]:
 class PeerTarget(Target):
     """A peer under load; its CPU per run is the whole process's (every thread)."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__(peer_argv(name), record_gc=name == "trio-mcp")
+    def __init__(self, name: str, argv: Sequence[str] | None = None) -> None:
+        """``argv``: the command to start instead of the peer's own (the peer's command
+        wrapped, e.g. under valgrind: ``benchmarks/instructions.py``)."""
+        super().__init__(list(argv) if argv is not None else peer_argv(name), record_gc=name == "trio-mcp")
         self.name = name
         self.main_cpu: dict[tuple[float, float], float] = {}
 
