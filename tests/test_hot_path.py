@@ -8,7 +8,8 @@
 - a task query about a task whose actor lives here is answered at once, in the asker's Trio
   task (no scheduler round trip through the supervisor); a started task's work begins without
   one either; ``TaskSupervisor.current`` reads what a Poll would be answered without a
-  message; the memory store takes changes and creations at once, keeping mailbox order;
+  message; the memory store takes changes and creations at once, keeping mailbox order, and
+  an expired task leaves it without waiting on its async ``delete``;
 - a running tool is awaited by its task's actor directly (no frame of ours in between);
 - a frozen instance built by ``slot_builder`` (records, outcomes, requests, commands, the
   create message) is the one attrs' ``__init__`` builds of the same fields, and as frozen;
@@ -463,6 +464,31 @@ async def test_a_creation_is_made_at_once_unless_messages_wait_before_it(autojum
         assert [r.task_id for r in page] == [(await first.wait()).task_id]  # not the later task
         assert supervisor.current("alice", made.task_id) == made
         nursery.cancel_scope.cancel()
+
+
+async def test_an_expired_task_leaves_the_memory_store_without_its_async_delete(autojump_clock: Any) -> None:
+    class Store(MemoryTaskStore):
+        async def delete(self, task_id: str) -> TaskRecord | None:
+            raise AssertionError("an expiry waits on the store")
+
+    store = Store()
+    supervisor = TaskSupervisor(store=store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        reply: Reply[TaskRecord] = Reply()
+        supervisor.create(CreateTask("alice", _forever, 1_000, None, reply))
+        record = await reply.wait()
+        supervisor.start_work("alice", record.task_id)
+        await trio.sleep(1.5)  # past its TTL: expired, its work cancelled, its record gone
+        assert store.peek(record.task_id) is None and len(store) == 0
+        assert supervisor.current("alice", record.task_id) is NOT_FOUND
+        assert supervisor.live_count("alice") == 0
+        nursery.cancel_scope.cancel()
+
+
+async def _forever(actor: TaskActor) -> TaskOutcome:
+    await trio.sleep_forever()
+    raise AssertionError
 
 
 async def test_a_running_tool_is_awaited_by_the_task_actor_itself(autojump_clock: Any) -> None:

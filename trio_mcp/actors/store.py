@@ -203,6 +203,10 @@ class MemoryTaskStore:
         return True
 
     async def delete(self, task_id: str) -> TaskRecord | None:
+        return self.delete_now(task_id)
+
+    def delete_now(self, task_id: str) -> TaskRecord | None:
+        """:meth:`delete` without waiting (the supervisor removes an expired task with it at once)."""
         row = self._rows.pop(task_id, None)
         if row is None:
             return None

@@ -306,6 +306,10 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             getattr(self.store, "create_now", None) if self._peek is not None else None
         )
         """Stores a new task without waiting (the memory store): see :meth:`create`."""
+        self._delete_now: Callable[[str], TaskRecord | None] | None = (
+            getattr(self.store, "delete_now", None) if self._peek is not None else None
+        )
+        """Deletes a record without waiting (the memory store): see :meth:`_removed_now`."""
         self._remote_waiters: dict[str, list[Reply[TaskOutcome]]] = {}
         self._kept: dict[str, int] = {}  # tasks kept per owner (created here, not yet removed)
         self._owner_of: dict[str, str] = {}
@@ -367,7 +371,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             await self._list(message)
         elif isinstance(message, _Expire):
             for task_id in message.task_ids:
-                await self._remove(task_id, EXPIRED)
+                if not self._removed_now(task_id, EXPIRED):
+                    await self._remove(task_id, EXPIRED)
         elif isinstance(message, Remove):
             await self._remove_owned(message.owner, message.task_id)
         elif isinstance(message, Watch):
@@ -726,14 +731,9 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             heapq.heapify(deadlines)
 
     async def _remove(self, task_id: str, error: ErrorValue) -> None:
-        if self._deadline_of.pop(task_id, None) is not None:
-            self._compact_deadlines()
-        self._watchers.pop(task_id, None)
-        self._forget_kept(task_id)
-        actor = self._actors.pop(task_id, None)
-        if actor is not None:
-            self._forget_live(actor.owner, task_id)
-            self._deliver(actor, Stop(error))
+        if self._removed_now(task_id, error):
+            return
+        actor = self._forget_task(task_id, error)
         try:
             removed = await self.store.delete(task_id)
         except Exception as exc:
@@ -745,6 +745,41 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 await self._publish("changed", task_id)
             except Exception as exc:
                 log.error("task store failed to announce task %s: %r", task_id, exc, exc_info=exc)
+        self._removed(task_id, error, removed, actor)
+
+    def _removed_now(self, task_id: str, error: ErrorValue) -> bool:
+        """:meth:`_remove`, done at once when the store deletes without waiting (the memory
+        store: every expiry, without a coroutine); False, with nothing done, otherwise."""
+        delete_now = self._delete_now
+        if delete_now is None:
+            return False
+        actor = self._forget_task(task_id, error)
+        try:
+            removed = delete_now(task_id)
+        except Exception as exc:
+            log.error("task store failed to delete task %s: %r", task_id, exc, exc_info=exc)
+            return True
+        self._removed(task_id, error, removed, actor)
+        return True
+
+    def _forget_task(self, task_id: str, error: ErrorValue) -> TaskActor | None:
+        """A removal's first half: the task leaves the supervisor's tables, its actor (if it
+        has one here) is stopped with ``error``."""
+        if self._deadline_of.pop(task_id, None) is not None:
+            self._compact_deadlines()
+        self._watchers.pop(task_id, None)
+        self._forget_kept(task_id)
+        actor = self._actors.pop(task_id, None)
+        if actor is not None:
+            self._forget_live(actor.owner, task_id)
+            self._deliver(actor, Stop(error))
+        return actor
+
+    def _removed(
+        self, task_id: str, error: ErrorValue, removed: TaskRecord | None, actor: TaskActor | None
+    ) -> None:
+        """A removal's last half, once the store has deleted the record: waiters on another
+        process's task are failed with ``error``, the tracer is told."""
         for reply in self._remote_waiters.pop(task_id, ()):
             reply.fail(error.exception())
         if self.tracer is not no_trace and (removed is not None or actor is not None):
