@@ -58,9 +58,9 @@ _CANCELLED_BY_REQUEST = TaskOutcome(error=CANCELLED, failed=True, message=_BY_RE
 
 
 _PRUNE_FROM = 8
-_CONTENT_ONLY = frozenset(("content",))
-_TEXT_BLOCK = frozenset(("type", "text"))
 """``tasks/result`` waiters a task keeps before it first drops abandoned ones."""
+_CONTENT_ONLY = frozenset(("content",))  # the keys of a result of content only ...
+_TEXT_BLOCK = frozenset(("type", "text"))  # ... and of a plain text block (see _bounded)
 
 
 # Messages. Each carries its own reply slot where an answer is due.
