@@ -659,6 +659,9 @@ async def test_send_many_writes_every_message_framed_in_one_write() -> None:
     transport = StreamTransport(receive, Recorder())
     await transport.send_many([b'{"a":1}', b'{"b":2}', b"{}"])
     assert writes == [b'{"a":1}\n{"b":2}\n{}\n']
-    with pytest.raises(ValueError):
-        await transport.send_many([b"ok", b"bad\nline"])
+    for refused in ([b"ok", b"bad\nline"], [b"\n"], [b"a\n", b"b"]):
+        with pytest.raises(ValueError):
+            await transport.send_many(refused)
     assert len(writes) == 1  # nothing of a refused batch is written
+    await transport.send_many([])
+    assert len(writes) == 1  # no messages: nothing written (not even a blank line)

@@ -16,7 +16,6 @@ Ping()
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -86,8 +85,6 @@ _TASK_QUERIES: dict[str, type[GetTask | CancelTask | AwaitTaskResult]] = {
 
 
 _STATUS_PREFIX = encode_notification_json("notifications/tasks/status", b"")[:-1]
-_PLAIN_ID = re.compile(r"[ !#-\[\]-~]+").fullmatch
-"""Whether a task id is written as it is in JSON: printable ASCII without ``"`` or ``\\``."""
 
 
 def _cannot_cancel(record: TaskRecord) -> ErrorValue:
@@ -307,7 +304,9 @@ class HandshakeDialect:
             record.status_message is None
             and type(ttl) is int
             and (poll is None or type(poll) is int)
-            and _PLAIN_ID(task_id)
+            and task_id.isprintable()
+            and '"' not in task_id
+            and "\\" not in task_id
         ):
             head = (
                 f'{{"taskId":"{task_id}","status":"{record.status}","createdAt":"{record.created_text}",'
