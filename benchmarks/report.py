@@ -515,6 +515,14 @@ def peers_table(p: dict[str, Any]) -> list[str]:
         rss = "/".join(f"{v / 1024:.2f}" for v in med[n]["rss_bytes_per_task_runs"])
         rates = ", ".join(f"{op} {med[n]['rate'][op]:,.0f}/s" for op in PEER_OPS)
         lines.append(f"  {PEER_LABELS[n]:9} runs: {spread} us; RSS {rss} KiB/task; median rates {rates}")
+    paired = p.get("paired_ratios") or {}
+    if paired:
+        shown = "; ".join(
+            f"{PEER_LABELS[n]} " + ", ".join(f"{op} {paired[n][op]:.3f}" for op in PEER_OPS)
+            for n in names[1:]
+            if n in paired
+        )
+        lines.append(f"  paired (median of each round's trio-mcp / peer): {shown}")
     if "ts-sdk" in names:
         main = {
             op: statistics.median(r[op]["main_thread_cpu_us_per_request"] for r in p["runs"]["ts-sdk"])

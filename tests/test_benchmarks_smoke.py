@@ -12,6 +12,7 @@ import json
 import math
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -112,6 +113,13 @@ def test_smoke_run_covers_every_workload(tmp_path: Path) -> None:
                     4,
                 )
                 assert ratios[op] == expect
+                # paired: the median over rounds of that round's trio-mcp / this peer
+                pairs = [
+                    ours[op]["cpu_us_per_request"] / theirs[op]["cpu_us_per_request"]
+                    for ours, theirs in zip(peers["runs"]["trio-mcp"], runs, strict=True)
+                ]
+                assert peers["paired_ratios"][name][op] == round(statistics.median(pairs), 4)
+    assert "paired (median of each round's trio-mcp / peer)" in proc.stdout
     for name in ("trio-mcp", "bare-trio", *(["ts-sdk"] if with_ts else [])):
         assert peers["median"][name]["rss_bytes_per_task"] > 0  # the stateful peers hold the tasks
     assert "0 headline" in proc.stdout
