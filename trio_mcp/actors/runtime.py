@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sized
 from typing import Any, Generic, TypeVar
 
 import trio
@@ -69,6 +69,11 @@ class Mailbox(Generic[M]):
 
     def __len__(self) -> int:
         return len(self._queue)
+
+    def unread(self) -> Sized:
+        """The unread messages themselves, live: keep it to test for a backlog (``not
+        unread``) without a call per test. Read only."""
+        return self._queue
 
     @property
     def closed(self) -> bool:

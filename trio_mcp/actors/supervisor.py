@@ -316,6 +316,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self._timer = trio.CancelScope()
         self._timer_deadline = math.inf  # the timer's deadline (a property of Trio's, read per creation)
         self._nursery: trio.Nursery | None = None
+        self._unread = self.mailbox.unread()  # the mailbox's backlog, tested at each creation
         # Trio's time, read through the run's clock once it runs (trio.current_time() is
         # three calls deep; this is read at every creation).
         self._trio_now: Callable[[], float] = trio.current_time
@@ -427,7 +428,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         When the store needs no waiting (the memory store) and no earlier message waits in
         the mailbox, the task is made now, in the caller's Trio task, so mailbox order is
         kept; otherwise it goes through the mailbox (:class:`MailboxFull` when full)."""
-        if self._create_now is not None and self._nursery is not None and not len(self.mailbox):
+        if self._create_now is not None and self._nursery is not None and not self._unread:
             record = self._new_task(message)
             if record is not None:
                 try:

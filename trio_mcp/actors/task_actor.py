@@ -59,8 +59,6 @@ _CANCELLED_BY_REQUEST = TaskOutcome(error=CANCELLED, failed=True, message=_BY_RE
 
 _PRUNE_FROM = 8
 """``tasks/result`` waiters a task keeps before it first drops abandoned ones."""
-_CONTENT_ONLY = frozenset(("content",))  # the keys of a result of content only ...
-_TEXT_BLOCK = frozenset(("type", "text"))  # ... and of a plain text block (see _bounded)
 
 
 # Messages. Each carries its own reply slot where an answer is due.
@@ -337,14 +335,14 @@ class TaskActor:
         result = outcome.result
         if limit is None or result is None:
             return outcome
-        if result.keys() == _CONTENT_ONLY:
-            # One text block (a tool that returned a string): its JSON is at most 12 bytes
-            # per character (an escaped surrogate pair) and the fixed keys; not encoded.
-            content = result["content"]
+        if len(result) == 1:
+            # Only one text block (a tool that returned a string): its JSON is at most 12
+            # bytes per character (an escaped surrogate pair) and the fixed keys; not encoded.
+            content = result.get("content")
             if type(content) is list and len(content) == 1:
                 block = content[0]
-                if type(block) is dict and block.keys() == _TEXT_BLOCK and block["type"] == "text":
-                    text = block["text"]
+                if type(block) is dict and len(block) == 2 and block.get("type") == "text":
+                    text = block.get("text")
                     if type(text) is str and 12 * len(text) + 64 <= limit:
                         return outcome
         size = len(_json.dumps(result))

@@ -100,8 +100,9 @@ class TaskRecord:
     outcome: TaskOutcome | None = None
     input_requests: dict[str, Any] = attrs.Factory(dict)
     version: int = 0
-    # Caches, not state (equality and the JSON form ignore them), filled when first needed:
-    # the two times as ISO text, formatted once per change rather than once per answer.
+    # Caches, not state (equality and the JSON form ignore them): the two times as ISO text,
+    # formatted once per change rather than once per answer (at once by new_record and by a
+    # change; when first needed for a record built otherwise, e.g. read from a store).
     _created_text: str | None = attrs.field(default=None, init=False, eq=False, repr=False)
     _updated_text: str | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
@@ -139,7 +140,8 @@ class TaskRecord:
         requests: dict[str, Any],
     ) -> TaskRecord:
         # The next version, built directly (this is every task change); its creation time is
-        # already formatted if this one's was.
+        # already formatted if this one's was, and its new time is formatted now (a change is
+        # written at once: a status notification, an answer to a poll).
         return _build(
             self.task_id,
             self.owner,
@@ -154,7 +156,7 @@ class TaskRecord:
             requests,
             self.version + 1,
             self._created_text,
-            None,
+            format_timestamp(now),
         )
 
     def transition(self, status: TaskStatus, message: str | None, *, now: float) -> TaskRecord:
@@ -181,8 +183,8 @@ class TaskRecord:
 
 
 _build = slot_builder(TaskRecord)
-"""``TaskRecord(...)`` of all 14 slots, the two times' cached text last (``created_text``
-passed on from the record before, ``None`` for the update time): a new task, every change."""
+"""``TaskRecord(...)`` of all 14 slots, the two times' cached text last (a change passes on
+the record before's ``created_text`` and formats its own time): a new task, every change."""
 
 _outcome = slot_builder(TaskOutcome)
 
