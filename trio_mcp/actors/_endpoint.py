@@ -109,19 +109,16 @@ class Endpoint:
         if self.closed or self.overflowed:  # overflowed: closing; nothing more is kept for it
             return False
         self._outbound.append((data, on_written))
-        waiting = self._outbound_bytes = self._outbound_bytes + len(data)
-        if waiting > self.max_outbound_bytes:
+        self._outbound_bytes += len(data)
+        if self._outbound_bytes > self.max_outbound_bytes:
             log.warning(
                 "%s: %d bytes wait for a peer that does not read; closing the connection",
                 self.name,
-                waiting,
+                self._outbound_bytes,
             )
             self.overflowed = True
             self.abort()
-        writer = self._writer  # _wake_writer, inline: every message passes here
-        if writer is not None:
-            self._writer = None
-            trio.lowlevel.reschedule(writer)
+        self._wake_writer()
         return True
 
     async def send(self, data: bytes) -> None:

@@ -743,14 +743,8 @@ class SessionActor(Endpoint):
 
     async def _admit(self, request: jsonrpc.Request) -> bool:
         """Count one more outstanding request, or refuse it at once past the limit."""
-        if self._counted():
-            return True
-        await self.respond_error(request.id, TOO_MANY_REQUESTS)
-        return False
-
-    def _counted(self) -> bool:
-        """:meth:`_admit` without the refusal: False (nothing counted) past the limit."""
         if self._outstanding >= MAX_WAITING_REQUESTS:
+            await self.respond_error(request.id, TOO_MANY_REQUESTS)
             return False
         self._outstanding += 1
         return True
@@ -774,8 +768,7 @@ class SessionActor(Endpoint):
         Queries about existing tasks (get, cancel, list, update) are answered in microseconds
         and are not counted against :data:`MAX_WAITING_REQUESTS`, so a cancel always gets
         through; a task creation (``counted``) is, until its answer is written."""
-        if counted and not self._counted():
-            await self.respond_error(request.id, TOO_MANY_REQUESTS)
+        if counted and not await self._admit(request):
             return
         release = self._release if counted else _nothing
         try:

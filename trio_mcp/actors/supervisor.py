@@ -406,7 +406,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
     # -- creation -------------------------------------------------------------------------
     def _refusal(self, owner: str) -> ErrorValue | None:
         limits = self.limits
-        if len(self._live.get(owner, ())) >= limits.max_live_tasks_per_owner:
+        if self.live_count(owner) >= limits.max_live_tasks_per_owner:
             return ErrorValue(
                 TASK_LIMIT_REACHED,
                 f"Too many live tasks: at most {limits.max_live_tasks_per_owner} per requestor",
