@@ -144,12 +144,7 @@ class WebSocketTransport:
           UnicodeDecodeError: ``message`` is not UTF-8 (nothing is sent).
         """
         text = message.decode("utf-8")
-        if self._closed:
-            raise trio.ClosedResourceError("transport was closed")
-        if self._send_broken:
-            raise trio.BrokenResourceError("an earlier send was interrupted in the middle of a frame")
-        # Fail here, where it is known that nothing was written.
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await self._may_send()
         try:
             await self.connection.send_message(text)
         except trio_websocket.ConnectionClosed as exc:
@@ -158,6 +153,15 @@ class WebSocketTransport:
             # Cancelled (or failed) in the middle: part of a frame may be on the wire.
             self._send_broken = True
             raise
+
+    async def _may_send(self) -> None:
+        """Refuse a send on a transport closed here or broken by an interrupted write; then a
+        cancellation point, where it is known that nothing was written."""
+        if self._closed:
+            raise trio.ClosedResourceError("transport was closed")
+        if self._send_broken:
+            raise trio.BrokenResourceError("an earlier send was interrupted in the middle of a frame")
+        await trio.lowlevel.checkpoint_if_cancelled()
 
     async def send_many(self, messages: Sequence[bytes]) -> None:
         """Send several messages, one text frame each, in one write to the socket where the
@@ -172,11 +176,7 @@ class WebSocketTransport:
             for text in texts:
                 await self.send(text.encode("utf-8"))
             return
-        if self._closed:
-            raise trio.ClosedResourceError("transport was closed")
-        if self._send_broken:
-            raise trio.BrokenResourceError("an earlier send was interrupted in the middle of a frame")
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await self._may_send()
         if connection.closed is not None:
             raise trio.BrokenResourceError(f"websocket closed: {connection.closed.reason}")
         # The frames are made as trio-websocket makes them (its wsproto connection, so any
