@@ -53,11 +53,11 @@ from trio_mcp.actors.supervisor import (
 from trio_mcp.actors.task_actor import AwaitResult, Cancel, Poll, TaskActor
 from trio_mcp.protocol import _json, jsonrpc
 from trio_mcp.protocol._frozen import slot_builder
-from trio_mcp.protocol.commands import CallTool, GetTask, call_tool_command
+from trio_mcp.protocol.commands import CallTool, GetTask, Initialize, call_tool_command
 from trio_mcp.protocol.converter import structure
 from trio_mcp.protocol.errors import ErrorValue, McpError
 from trio_mcp.protocol.handshake import HandshakeDialect, call_tool_fields
-from trio_mcp.protocol.messages import CallToolParams, TaskIdParams
+from trio_mcp.protocol.messages import CallToolParams, Implementation, TaskIdParams
 from trio_mcp.protocol.modern import ModernScope
 from trio_mcp.protocol.records import (
     TaskOutcome,
@@ -253,17 +253,16 @@ def test_a_record_built_field_by_field_is_the_frozen_record_attrs_builds(
         requests,
         version,
     )
-    built = _build(*fields, None, None)
     made = TaskRecord(*fields)
+    built = _build(*fields, made.created_text, made.updated_text)
     assert type(built) is TaskRecord
     assert built == made and repr(built) == repr(made)
     names = [field.name for field in attrs.fields(TaskRecord)]
     assert [getattr(built, name) for name in names] == [getattr(made, name) for name in names]
-    assert built.created_text == made.created_text and built.updated_text == made.updated_text
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         built.status = TaskStatus.FAILED  # type: ignore[misc]
-    # A known creation text is kept, not formatted again.
-    assert _build(*fields, "then", None).created_text == "then"
+    # The texts given are kept, not formatted again.
+    assert _build(*fields, "then", "now").created_text == "then"
 
 
 def _nothing_to_do(actor: Any) -> Any:
@@ -601,7 +600,8 @@ def test_tools_call_params_read_directly_as_the_converter_reads_them(params: Any
 )
 def test_task_query_params_read_directly_as_the_converter_reads_them(params: Any) -> None:
     dialect = HandshakeDialect()
-    dialect.version = "2025-11-25"
+    client, server = Implementation(name="c", version="1"), Implementation(name="s", version="1")
+    dialect.initialize(Initialize("2025-11-25", {}, client), server, None)
     request = jsonrpc.Request(1, "tasks/get", params)
     got = dialect.interpret(request, lambda name: None)
     try:

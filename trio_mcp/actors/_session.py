@@ -104,6 +104,10 @@ class ToolEntry(Protocol):
     def immediate_response(self) -> str | None: ...
 
     @property
+    def task_support(self) -> TaskSupport:
+        """``tool.task_support`` (kept: it is asked at every call)."""
+
+    @property
     def context_param(self) -> str | None:
         """The parameter the tool takes its Context by, if it takes one."""
 
@@ -490,7 +494,7 @@ class SessionActor(Endpoint):
 
     def _tool_support(self, name: str) -> TaskSupport | None:
         entry = self.service.tools.get(name)
-        return entry.tool.task_support if entry is not None else None
+        return entry.task_support if entry is not None else None
 
     # -- dispatch -------------------------------------------------------------------------
     async def on_request(self, request: jsonrpc.Request) -> None:

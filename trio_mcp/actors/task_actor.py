@@ -159,7 +159,7 @@ class _InputState:
 class TaskActor:
     """One MCP task. Created, fed and stopped by the :class:`~trio_mcp.actors.supervisor.TaskSupervisor`."""
 
-    __slots__ = ("_host", "_input", "_scope", "_stopped", "_waiters", "_work", "record", "watcher")
+    __slots__ = ("_host", "_input", "_scope", "_stopped", "_waiters", "_work", "owner", "record", "watcher")
 
     def __init__(
         self,
@@ -169,6 +169,8 @@ class TaskActor:
         watcher: Callable[[TaskRecord], None] | None = None,
     ) -> None:
         self.record = record
+        self.owner = record.owner
+        """The task's owner (a record's never changes)."""
         self._work = work
         self._host = host
         self.watcher = watcher
@@ -182,10 +184,6 @@ class TaskActor:
     @property
     def task_id(self) -> str:
         return self.record.task_id
-
-    @property
-    def owner(self) -> str:
-        return self.record.owner
 
     @property
     def status(self) -> TaskStatus:

@@ -40,8 +40,9 @@ def slot_builder(cls: type[T]) -> Callable[..., T]:
     slot (``weakref_slot=False``: that slot would follow the fields and the layouts would
     differ), taking every field positionally, in order, ``init=False`` ones included.
 
-    It applies no default, factory, validator or converter: the caller passes exactly the
-    values ``cls(...)`` would have stored (hence TypeError for a class with validators or
+    It applies no default, factory, validator or converter, and runs no
+    ``__attrs_post_init__``: the caller passes exactly the values ``cls(...)`` would have
+    stored, ``init=False`` fields included (hence TypeError for a class with validators or
     converters, whose ``__init__`` would have changed or refused them)."""
     fields = attrs.fields(cls)  # type: ignore[arg-type]  # TypeError for a class that is not attrs
     if cls.__weakrefoffset__ or not getattr(cls, "__slots__", None):

@@ -175,17 +175,15 @@ class HandshakeDialect:
         self.client_capabilities: dict[str, Any] = {}
         self.client_info: Implementation | None = None
         self.log_level: str | None = None
+        self.tasks_enabled = False
+        """Whether core tasks exist on this connection (negotiated 2025-11-25): decided once,
+        by :meth:`initialize`."""
         self._last_status: tuple[TaskRecord, bytes] | None = None
 
     # -- what the connection agreed ---------------------------------------------------------
     @property
     def initialized(self) -> bool:
         return self.version is not None
-
-    @property
-    def tasks_enabled(self) -> bool:
-        """Whether core tasks exist on this connection (negotiated 2025-11-25)."""
-        return self.version is not None and has_tasks(self.version)
 
     # -- reading ----------------------------------------------------------------------------
     def interpret(self, request: Request, tool_support: ToolSupport) -> Command | ErrorValue:
@@ -198,7 +196,7 @@ class HandshakeDialect:
     def _interpret(self, request: Request, tool_support: ToolSupport) -> Command | ErrorValue:
         method, params = request.method, request.params
         query = _TASK_QUERIES.get(method)
-        if query is not None and self.version is not None and has_tasks(self.version):
+        if query is not None and self.tasks_enabled:
             # The busiest requests: params of exactly ``{"taskId": "..."}`` need no converter.
             if type(params) is dict and len(params) == 1 and type(task_id := params.get("taskId")) is str:
                 return query(task_id)
@@ -261,6 +259,7 @@ class HandshakeDialect:
         """Agree on a version; the InitializeResult to answer with (``server_capabilities``:
         what the server offers, default tools and logging; tasks are added for 2025-11-25)."""
         self.version = negotiate(command.protocol_version)
+        self.tasks_enabled = has_tasks(self.version)
         self.client_capabilities = command.capabilities
         self.client_info = command.client_info
         capabilities: dict[str, Any] = dict(

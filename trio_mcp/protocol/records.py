@@ -100,32 +100,21 @@ class TaskRecord:
     outcome: TaskOutcome | None = None
     input_requests: dict[str, Any] = attrs.Factory(dict)
     version: int = 0
-    # Caches, not state (equality and the JSON form ignore them): the two times as ISO text,
-    # formatted once per change rather than once per answer (at once by new_record and by a
-    # change; when first needed for a record built otherwise, e.g. read from a store).
-    _created_text: str | None = attrs.field(default=None, init=False, eq=False, repr=False)
-    _updated_text: str | None = attrs.field(default=None, init=False, eq=False, repr=False)
+    created_text: str = attrs.field(init=False, eq=False, repr=False)
+    """``created_at`` in ISO 8601 (UTC, milliseconds), as every era writes it: formatted when
+    the record is built (not state: equality and the JSON form ignore it)."""
+    updated_text: str = attrs.field(init=False, eq=False, repr=False)
+    """``last_updated_at`` as text, likewise (the same string when the two times are equal)."""
 
-    @property
-    def created_text(self) -> str:
-        """``created_at`` in ISO 8601 (UTC, milliseconds), formatted once."""
-        text = self._created_text
-        if text is None:
-            text = format_timestamp(self.created_at)
-            object.__setattr__(self, "_created_text", text)
-        return text
-
-    @property
-    def updated_text(self) -> str:
-        """``last_updated_at`` in ISO 8601 (UTC, milliseconds), formatted once."""
-        text = self._updated_text
-        if text is None:
-            if self.last_updated_at == self.created_at:
-                text = self.created_text
-            else:
-                text = format_timestamp(self.last_updated_at)
-            object.__setattr__(self, "_updated_text", text)
-        return text
+    def __attrs_post_init__(self) -> None:
+        # Only a record built by ``__init__`` (read from a store, or made by hand) formats
+        # here; the hot path (``new_record``, a change) passes the text it already has.
+        created = format_timestamp(self.created_at)
+        updated = self.last_updated_at
+        object.__setattr__(self, "created_text", created)
+        object.__setattr__(
+            self, "updated_text", created if updated == self.created_at else format_timestamp(updated)
+        )
 
     @property
     def is_terminal(self) -> bool:
@@ -139,9 +128,9 @@ class TaskRecord:
         outcome: TaskOutcome | None,
         requests: dict[str, Any],
     ) -> TaskRecord:
-        # The next version, built directly (this is every task change); its creation time is
-        # already formatted if this one's was, and its new time is formatted now (a change is
-        # written at once: a status notification, an answer to a poll).
+        # The next version, built directly (this is every task change): its creation text is
+        # this one's, and its new time is formatted now (a change is written at once: a status
+        # notification, an answer to a poll).
         return _build(
             self.task_id,
             self.owner,
@@ -155,7 +144,7 @@ class TaskRecord:
             outcome,
             requests,
             self.version + 1,
-            self._created_text,
+            self.created_text,
             format_timestamp(now),
         )
 

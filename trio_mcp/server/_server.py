@@ -89,6 +89,12 @@ class RegisteredTool:
     """Validates and converts the arguments; None for a tool given its own ``input_schema``."""
     context_param: str | None
     immediate_response: str | None = None
+    task_support: TaskSupport = attrs.field(init=False)
+    """``tool.task_support``, read once (every call asks it)."""
+
+    @task_support.default
+    def _task_support(self) -> TaskSupport:
+        return self.tool.task_support
 
     @property
     def name(self) -> str:
