@@ -20,7 +20,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,9 @@ class Sizes:
     """Seconds to wait before reading RSS."""
     floor_repeats: int = 3
     """The floor is measured this many times and its best run kept."""
+    peer_chunk: int = 1_000
+    """Workload 0 runs its peers side by side: each timed run is cut into chunks of this many
+    requests, which the peers take in turn (see :func:`interleaved`)."""
     sleep_seconds: float = 3600.0
     ws: bool = True
     """Also run create, get and cancel (at the main L) over WebSocket."""
@@ -120,6 +123,7 @@ SMOKE = Sizes(
     warmup=20,
     settle=0.2,
     floor_repeats=1,
+    peer_chunk=50,
     churn_tasks=600,
     churn_chunk=200,
     churn_ttl_ms=(200, 400),
@@ -267,14 +271,47 @@ def settled_rss(target: Target, seconds: float) -> int:
 
 
 # -- workloads 1 and 2: create, result ----------------------------------------------------------
+def interleaved(
+    targets: Mapping[str, Target], requests: Mapping[str, Sequence[Request]], window: int, chunk: int | None
+) -> dict[str, RunResult]:
+    """Each target's ``requests`` as one timed run (merged), the targets taking turns.
+
+    With ``chunk``, every target's requests are cut into chunks of that many, and chunk k of
+    every target runs before chunk k + 1 of any, the order of the targets rotating by one per
+    chunk: all of them meet the machine in the same moments, so that a drift in its speed
+    (other tenants, frequency) weighs on each alike and their ratios keep still. Without it,
+    each target's requests run in one piece, one target after the other."""
+    names = list(targets)
+    if chunk is None:
+        return {name: targets[name].run(requests[name], window) for name in names}
+    runs: dict[str, list[RunResult]] = {name: [] for name in names}
+    longest = max((len(requests[name]) for name in names), default=0)
+    for k, start in enumerate(range(0, longest, chunk)):
+        shift = k % len(names)
+        for name in names[shift:] + names[:shift]:
+            part = requests[name][start : start + chunk]
+            if part:
+                runs[name].append(targets[name].run(part, window))
+    return {name: merge(parts) for name, parts in runs.items()}
+
+
 def timed_creates(srv: Target, sizes: Sizes) -> tuple[RunResult, list[str]]:
     """Warm up, then the timed run of N task-augmented echo calls; the run and the task ids."""
+    created, ids = timed_creates_side_by_side({"": srv}, sizes, None)
+    return created[""], ids[""]
+
+
+def timed_creates_side_by_side(
+    targets: Mapping[str, Target], sizes: Sizes, chunk: int | None
+) -> tuple[dict[str, RunResult], dict[str, list[str]]]:
+    """:func:`timed_creates` for several targets, their timed runs :func:`interleaved`."""
     w = sizes.window
-    warm = task_ids(srv.run(create_echo(sizes.warmup), w), "warm-up create")
-    srv.run(by_id("tasks/result", warm), w)
-    srv.client.ping()
-    created = srv.run(create_echo(sizes.n), w)
-    return created, task_ids(created, "create")
+    for srv in targets.values():
+        warm = task_ids(srv.run(create_echo(sizes.warmup), w), "warm-up create")
+        srv.run(by_id("tasks/result", warm), w)
+        srv.client.ping()
+    created = interleaved(targets, {name: create_echo(sizes.n) for name in targets}, w, chunk)
+    return created, {name: task_ids(run, "create") for name, run in created.items()}
 
 
 def create_and_result(sizes: Sizes, raw: Target, log: Callable[[str], None]) -> dict[str, Any]:
@@ -323,36 +360,73 @@ class ScaleRuns:
     def measure(cls, srv: Target, live: int, sizes: Sizes) -> ScaleRuns:
         """L idle live sleep tasks: RSS before and after, tasks/get for each (at least
         ``get_min``), ``probe_n`` cancels one at a time, then cancels in rounds of L."""
+        return cls.side_by_side({"": srv}, live, sizes, None)[""]
+
+    @classmethod
+    def side_by_side(
+        cls, targets: Mapping[str, Target], live: int, sizes: Sizes, chunk: int | None
+    ) -> dict[str, ScaleRuns]:
+        """:meth:`measure` for several targets, each timed step :func:`interleaved` (RSS is
+        read per target: each holds its own L tasks)."""
         w = sizes.window
+        names = list(targets)
         probe_n = max(1, min(sizes.probe, live // 10))
-        warm = task_ids(srv.run(create_sleep(sizes.warmup, sizes.sleep_seconds), w), "warm-up create")
-        srv.run(by_id("tasks/get", warm), w)
-        srv.run(by_id("tasks/cancel", warm), w)
-        rss_before = settled_rss(srv, sizes.settle)
-        created = srv.run(create_sleep(live, sizes.sleep_seconds), w)
-        ids = task_ids(created, "create")
-        rss_after = settled_rss(srv, sizes.settle)
-        get_ids = [ids[i % live] for i in range(max(live, sizes.get_min))]
-        got = srv.run(by_id("tasks/get", get_ids), w)
-        if got.errors:
-            raise RuntimeError(f"tasks/get: {len(got.errors)} errors, e.g. {next(iter(got.errors.values()))}")
-        probe = srv.run(by_id("tasks/cancel", ids[:probe_n]), 1)
-        rounds = [srv.run(by_id("tasks/cancel", ids[probe_n:]), w)]
+
+        def timed(requests_of: Callable[[str], list[Request]], window: int = w) -> dict[str, RunResult]:
+            return interleaved(targets, {name: requests_of(name) for name in names}, window, chunk)
+
+        rss_before: dict[str, int] = {}
+        for name, srv in targets.items():
+            warm = task_ids(srv.run(create_sleep(sizes.warmup, sizes.sleep_seconds), w), "warm-up create")
+            srv.run(by_id("tasks/get", warm), w)
+            srv.run(by_id("tasks/cancel", warm), w)
+            rss_before[name] = settled_rss(srv, sizes.settle)
+        created = timed(lambda _: create_sleep(live, sizes.sleep_seconds))
+        ids = {name: task_ids(created[name], "create") for name in names}
+        rss_after = {name: settled_rss(srv, sizes.settle) for name, srv in targets.items()}
+        get_ids = {name: [ids[name][i % live] for i in range(max(live, sizes.get_min))] for name in names}
+        got = timed(lambda name: by_id("tasks/get", get_ids[name]))
+        for run in got.values():
+            if run.errors:
+                raise RuntimeError(
+                    f"tasks/get: {len(run.errors)} errors, e.g. {next(iter(run.errors.values()))}"
+                )
+        probe = timed(lambda name: by_id("tasks/cancel", ids[name][:probe_n]), 1)
+        first = timed(lambda name: by_id("tasks/cancel", ids[name][probe_n:]))
+        rounds = {name: [first[name]] for name in names}
         round_sizes = [live - probe_n]
         while sum(round_sizes) < sizes.cancel_min:
-            more = task_ids(srv.run(create_sleep(live, sizes.sleep_seconds), w), "create")
-            srv.client.ping()
-            rounds.append(srv.run(by_id("tasks/cancel", more), w))
+            made = timed(lambda _: create_sleep(live, sizes.sleep_seconds))
+            cancels = {name: by_id("tasks/cancel", task_ids(run, "create")) for name, run in made.items()}
+            for srv in targets.values():
+                srv.client.ping()
+            for name, run in interleaved(targets, cancels, w, chunk).items():
+                rounds[name].append(run)
             round_sizes.append(live)
-        cancelled = merge(rounds)
-        not_cancelled = [
-            r for r in cancelled.results + probe.results if r is not None and r["status"] != "cancelled"
-        ]
-        if not_cancelled:
-            raise RuntimeError(f"tasks/cancel answered a task that is not cancelled: {not_cancelled[0]}")
-        return cls(
-            live, ids, get_ids, probe_n, round_sizes, created, got, probe, cancelled, rss_before, rss_after
-        )
+        out: dict[str, ScaleRuns] = {}
+        for name in names:
+            cancelled = merge(rounds[name])
+            not_cancelled = [
+                r
+                for r in cancelled.results + probe[name].results
+                if r is not None and r["status"] != "cancelled"
+            ]
+            if not_cancelled:
+                raise RuntimeError(f"tasks/cancel answered a task that is not cancelled: {not_cancelled[0]}")
+            out[name] = cls(
+                live,
+                ids[name],
+                get_ids[name],
+                probe_n,
+                round_sizes,
+                created[name],
+                got[name],
+                probe[name],
+                cancelled,
+                rss_before[name],
+                rss_after[name],
+            )
+        return out
 
     def memory(self) -> dict[str, Any]:
         return {

@@ -10,17 +10,25 @@ load client (``benchmarks/client.py``, window W):
   cancel scope, event): what the semantics cost in Python and Trio without a runtime;
 * ``raw-floor``: ``benchmarks/floor.py``, fixed answers and no state: the load client's ceiling.
 
-One *run* of a peer is two fresh processes, as in workloads 1 to 5: (a) N task-augmented
-``echo`` creates, then ``tasks/result`` for each (``timed_creates``); (b) L idle ``sleep``
-tasks: RSS before and after, ``tasks/get`` (at least ``get_min``), ``tasks/cancel`` in rounds
-(``ScaleRuns.measure``). Create and result bytes are the same for every peer; get, cancel and
-result carry each peer's own task ids (the TypeScript SDK's are 32 characters, trio-mcp's 24).
+One *round* runs every peer at once, side by side, on two sets of fresh processes, as in
+workloads 1 to 5: (a) N task-augmented ``echo`` creates, then ``tasks/result`` for each
+(``timed_creates_side_by_side``); (b) L idle ``sleep`` tasks: RSS before and after,
+``tasks/get`` (at least ``get_min``), ``tasks/cancel`` in rounds (``ScaleRuns.side_by_side``).
+Create and result bytes are the same for every peer; get, cancel and result carry each peer's
+own task ids (the TypeScript SDK's are 32 characters, trio-mcp's 24).
 
-Runs are interleaved: each repeat runs every peer once, the order rotated by one peer per
-repeat, and each figure is the median over the repeats. The headline figure is the server's CPU
-per request: the whole process's CPU time over the timed run (the sum of
-``/proc/PID/task/*/schedstat``, so that Node's helper threads count), divided by the requests.
-The main thread's share is kept in the JSON as ``main_thread_cpu_us_per_request``.
+Side by side: each timed run is cut into chunks of ``peer_chunk`` requests (1 000), and the
+peers take turns chunk by chunk, the order rotating (``workloads.interleaved``): every peer
+meets the machine in the same seconds, so a drift in its speed (other tenants of a shared host,
+frequency) weighs on all of them alike. Measured one peer after another, minutes apart, the
+same code's CPU per create varied by 30% from run to run on a 2-core VM, and so did its ratios
+to the other peers; taken in turns, a create's ratio to the bare-Trio floor stayed within
+1.15 to 1.26 over five rounds. Only one peer works at a time: the others wait, idle, for their
+next chunk. There are ``peer_repeats`` rounds (5), who goes first rotating per round, and each
+figure is the median over the rounds. The headline figure is the server's CPU per request: the
+whole process's CPU time over its timed chunks (the sum of ``/proc/PID/task/*/schedstat``, so
+that Node's helper threads count), divided by the requests. The main thread's share is kept in
+the JSON as ``main_thread_cpu_us_per_request``.
 """
 
 from __future__ import annotations
@@ -32,7 +40,17 @@ from typing import Any
 
 from ..client import Request, RunResult
 from ..variants import cpu_between, process_cpu
-from ..workloads import BENCH_DIR, FLOOR_SCRIPT, SERVER_SCRIPT, ScaleRuns, Sizes, Target, by_id, timed_creates
+from ..workloads import (
+    BENCH_DIR,
+    FLOOR_SCRIPT,
+    SERVER_SCRIPT,
+    ScaleRuns,
+    Sizes,
+    Target,
+    by_id,
+    interleaved,
+    timed_creates_side_by_side,
+)
 from . import node
 
 TRIO_FLOOR_SCRIPT = BENCH_DIR / "trio_floor.py"
@@ -81,35 +99,59 @@ class PeerTarget(Target):
         return data
 
 
-def one_run(name: str, sizes: Sizes) -> dict[str, Any]:
-    """One run of one peer: create and result (N), then get, cancel and memory at the main L."""
-    w = sizes.window
-    target = PeerTarget(name)
+def one_round(names: Sequence[str], sizes: Sizes) -> dict[str, dict[str, Any]]:
+    """One round: every peer at once, side by side (``sizes.peer_chunk``: see
+    :func:`~benchmarks.workloads.interleaved`). Create and result (N) on fresh processes, then
+    get, cancel and memory at the main L on fresh ones."""
+    w, chunk = sizes.window, sizes.peer_chunk
+    targets = _start(names)
     try:
-        created, ids = timed_creates(target, sizes)
-        target.client.ping()
-        target.client.settle(min(sizes.settle, 0.5))  # every echo has finished
-        results = target.run(by_id("tasks/result", ids), w)
-        if results.errors:
-            raise RuntimeError(f"{name}: tasks/result failed: {next(iter(results.errors.values()))}")
-        bad = [r for r in results.results if r["content"][0]["text"] != "hello"]
-        if bad:
-            raise RuntimeError(f"{name}: tasks/result returned a wrong result: {bad[0]}")
+        created, ids = timed_creates_side_by_side(targets, sizes, chunk)
+        for target in targets.values():
+            target.client.ping()
+            target.client.settle(min(sizes.settle, 0.5))  # every echo has finished
+        results = interleaved(targets, {name: by_id("tasks/result", ids[name]) for name in names}, w, chunk)
+        for name, run in results.items():
+            if run.errors:
+                raise RuntimeError(f"{name}: tasks/result failed: {next(iter(run.errors.values()))}")
+            bad = [r for r in run.results if r["content"][0]["text"] != "hello"]
+            if bad:
+                raise RuntimeError(f"{name}: tasks/result returned a wrong result: {bad[0]}")
     finally:
-        target.close()
-    out: dict[str, Any] = {"create": target.stat(created), "result": target.stat(results)}
-    live = sizes.scale_for_targets()
-    target = PeerTarget(name)
+        _close(targets)
+    out: dict[str, dict[str, Any]] = {
+        name: {"create": target.stat(created[name]), "result": target.stat(results[name])}
+        for name, target in targets.items()
+    }
+    targets = _start(names)
     try:
-        runs = ScaleRuns.measure(target, live, sizes)
+        scale = ScaleRuns.side_by_side(targets, sizes.scale_for_targets(), sizes, chunk)
     finally:
-        target.close()
-    out["get"] = target.stat(runs.got)
-    out["cancel"] = target.stat(runs.cancelled)
-    out["cancel_one_at_a_time"] = target.stat(runs.probe)
-    out["create_sleep"] = target.stat(runs.created)
-    out["memory"] = runs.memory()
+        _close(targets)
+    for name, target in targets.items():
+        runs = scale[name]
+        out[name]["get"] = target.stat(runs.got)
+        out[name]["cancel"] = target.stat(runs.cancelled)
+        out[name]["cancel_one_at_a_time"] = target.stat(runs.probe)
+        out[name]["create_sleep"] = target.stat(runs.created)
+        out[name]["memory"] = runs.memory()
     return out
+
+
+def _start(names: Sequence[str]) -> dict[str, PeerTarget]:
+    targets: dict[str, PeerTarget] = {}
+    try:
+        for name in names:
+            targets[name] = PeerTarget(name)
+    except BaseException:
+        _close(targets)
+        raise
+    return targets
+
+
+def _close(targets: dict[str, PeerTarget]) -> None:
+    for target in targets.values():
+        target.close()
 
 
 def _median(values: Sequence[float]) -> float:
@@ -137,13 +179,14 @@ def compare(sizes: Sizes, log: Callable[[str], None]) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for repeat in range(sizes.peer_repeats):
         shift = repeat % len(names)
-        for name in names[shift:] + names[:shift]:
-            one = one_run(name, sizes)
-            runs[name].append(one)
-            cpu = ", ".join(f"{op} {one[op]['cpu_us_per_request']:.1f}" for op in OPS)
+        order = names[shift:] + names[:shift]  # who goes first in each chunk's turn, rotated too
+        one = one_round(order, sizes)
+        for name in order:
+            runs[name].append(one[name])
+            cpu = ", ".join(f"{op} {one[name][op]['cpu_us_per_request']:.1f}" for op in OPS)
             log(
                 f"  {repeat + 1}/{sizes.peer_repeats} {LABELS[name]}: CPU us/request {cpu}; "
-                f"RSS/task {one['memory']['bytes_per_task'] / 1024:.2f} KiB"
+                f"RSS/task {one[name]['memory']['bytes_per_task'] / 1024:.2f} KiB"
             )
     median: dict[str, dict[str, Any]] = {}
     for name, its in runs.items():
