@@ -55,7 +55,10 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Sizes]:
         "--no-peers", action="store_true", help="skip the TypeScript SDK and bare-Trio peers (workload 0)"
     )
     parser.add_argument("--no-ts", action="store_true", help="skip only the TypeScript SDK peer")
-    parser.add_argument("--peer-repeats", type=int, help="interleaved runs of every peer (medians of them)")
+    parser.add_argument("--peer-repeats", type=int, help="rounds of the peers side by side (medians of them)")
+    parser.add_argument(
+        "--peer-chunk", type=int, help="requests each peer runs before the next takes its turn (workload 0)"
+    )
     parser.add_argument("--no-breakdown", action="store_true", help="skip the in-process memory breakdown")
     parser.add_argument("-n", type=int, help="task-augmented echo calls for create/result")
     parser.add_argument("--scales", type=_ints, help="comma-separated numbers L of live tasks")
@@ -87,6 +90,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, Sizes]:
         "churn_chunk",
         "churn_ttl_ms",
         "peer_repeats",
+        "peer_chunk",
     ):
         value = getattr(args, name)
         if value is not None:
@@ -138,7 +142,7 @@ def run(sizes: Sizes, argv: Sequence[str]) -> dict[str, Any]:
     w: dict[str, Any] = {}
     if sizes.peers:
         peers = ", ".join(compare.LABELS[name] for name in compare.peer_names(sizes.ts))
-        log(f"peers at L={sizes.scale_for_targets()}: {peers}; {sizes.peer_repeats} interleaved runs each")
+        log(f"peers at L={sizes.scale_for_targets()}: {peers}; {sizes.peer_repeats} rounds, side by side")
         w["peers"] = compare.compare(sizes, log)
     raw = workloads.floor()
     try:

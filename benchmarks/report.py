@@ -477,7 +477,8 @@ def memory_lines(breakdown: dict[str, Any]) -> list[str]:
 
 def peers_table(p: dict[str, Any]) -> list[str]:
     """Workload 0, the headline: server CPU per request and RSS per live task of every peer,
-    medians of the interleaved runs, with trio-mcp's ratios to the TS SDK and bare Trio."""
+    medians of the rounds (every peer side by side in each), with trio-mcp's ratios to the TS
+    SDK and bare Trio."""
     names: list[str] = p["peers"]
     med = p["median"]
     judged = [peer for peer in PEER_LIMITS if peer in names]
@@ -505,7 +506,8 @@ def peers_table(p: dict[str, Any]) -> list[str]:
         built = f"; TS SDK {versions.get('@modelcontextprotocol/sdk')} on Node {versions.get('node')}"
     lines = [
         f"0 headline: server CPU per request (whole process, /proc/PID/task/*/schedstat), median of "
-        f"{p['repeats']} interleaved runs, stdio, window {p['window']}; create/result N={p['n']:,}, "
+        f"{p['repeats']} rounds (the peers side by side, taking turns every {p.get('chunk', 0):,} requests), "
+        f"stdio, window {p['window']}; create/result N={p['n']:,}, "
         f"get/cancel/RSS at L={p['L']:,} live tasks{built}"
     ]
     lines += _aligned(head, rows)

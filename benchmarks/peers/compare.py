@@ -217,6 +217,7 @@ def compare(sizes: Sizes, log: Callable[[str], None]) -> dict[str, Any]:
         "L": live,
         "n": sizes.n,
         "window": sizes.window,
+        "chunk": sizes.peer_chunk,
         "repeats": sizes.peer_repeats,
         "peers": names,
         "versions": versions,
