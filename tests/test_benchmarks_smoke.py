@@ -293,3 +293,36 @@ def test_cachegrind_totals_are_read_from_its_summary() -> None:
         "i1_misses": 39_336_051,
     }
     assert totals("==7== I   refs:      1,000\n") == {"instructions": 1000}
+
+
+def test_side_by_side_peers_take_turns_chunk_by_chunk_and_each_gets_all_its_requests() -> None:
+    """Workload 0's peers take turns every ``chunk`` requests, the first of each turn rotating,
+    so drift weighs on all alike; each peer's requests all run, in order, merged into one run."""
+    from benchmarks.client import RunResult
+    from benchmarks.workloads import interleaved
+
+    calls: list[tuple[str, list[Any], int]] = []
+
+    class Fake:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def run(self, requests: Any, window: int) -> RunResult:
+            calls.append((self.name, list(requests), window))
+            return RunResult(len(requests), 0.5, [0.0] * len(requests), list(requests), peer_cpu=0.25)
+
+    targets: Any = {name: Fake(name) for name in ("a", "b", "c")}
+    requests = {"a": list(range(5)), "b": list(range(10, 15)), "c": list(range(20, 23))}
+    runs = interleaved(targets, requests, 8, chunk=2)
+    # turns: chunk 0 a b c, chunk 1 b c a, chunk 2 c a b (c has run out: only a, b)
+    assert [name for name, _, _ in calls] == ["a", "b", "c", "b", "c", "a", "a", "b"]
+    assert {window for _, _, window in calls} == {8}
+    for name, wanted in requests.items():
+        assert runs[name].results == wanted  # all of them, in order
+        assert runs[name].count == len(wanted)
+        assert runs[name].peer_cpu == 0.25 * sum(1 for n, _, _ in calls if n == name)
+    # without a chunk: each target's requests in one run, one target after the other
+    calls.clear()
+    whole = interleaved(targets, requests, 4, chunk=None)
+    assert [(name, len(part)) for name, part, _ in calls] == [("a", 5), ("b", 5), ("c", 3)]
+    assert whole["b"].results == requests["b"]
