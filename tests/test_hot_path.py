@@ -254,6 +254,9 @@ def test_a_record_built_field_by_field_is_the_frozen_record_attrs_builds(
         version,
     )
     made = TaskRecord(*fields)
+    # Built by ``__init__`` (as a store reads it), a record formats its two times itself.
+    assert made.created_text == format_timestamp(created)
+    assert made.updated_text == format_timestamp(updated)
     built = _build(*fields, made.created_text, made.updated_text)
     assert type(built) is TaskRecord
     assert built == made and repr(built) == repr(made)

@@ -173,7 +173,7 @@ def _paired(ours: Sequence[dict[str, Any]], theirs: Sequence[dict[str, Any]], op
 
 
 def compare(sizes: Sizes, log: Callable[[str], None]) -> dict[str, Any]:
-    """Every peer ``sizes.peer_repeats`` times, interleaved; medians and ratios to trio-mcp."""
+    """``sizes.peer_repeats`` rounds of every peer side by side; medians and ratios to trio-mcp."""
     names = peer_names(sizes.ts)
     live = sizes.scale_for_targets()
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
