@@ -488,7 +488,7 @@ async def test_mixed_load_with_abrupt_disconnects(autojump_clock: Any) -> None:
         # Nothing left running; kept records are the identities' finished tasks only.
         assert runtime.supervisor.actors == 0
         store: Any = runtime.supervisor.store
-        records = [row.record for row in store._rows.values()]
+        records = list(store._rows.values())
         assert records and all(r.is_terminal and r.owner.startswith("identity:") for r in records)
         assert len(begun) == len(cleaned)  # every tool that started also cleaned up
         nursery.cancel_scope.cancel()

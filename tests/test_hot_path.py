@@ -50,7 +50,7 @@ from trio_mcp.actors.supervisor import (
     _TaskIds,
     create_task,
 )
-from trio_mcp.actors.task_actor import AwaitResult, Cancel, Poll, TaskActor
+from trio_mcp.actors.task_actor import ActorHost, AwaitResult, Cancel, Poll, TaskActor
 from trio_mcp.protocol import _json, jsonrpc
 from trio_mcp.protocol._frozen import slot_builder
 from trio_mcp.protocol.commands import CallTool, GetTask, Initialize, call_tool_command
@@ -60,11 +60,13 @@ from trio_mcp.protocol.handshake import HandshakeDialect, call_tool_fields
 from trio_mcp.protocol.messages import CallToolParams, Implementation, TaskIdParams
 from trio_mcp.protocol.modern import ModernScope
 from trio_mcp.protocol.records import (
+    NO_INPUT_REQUESTS,
     TaskOutcome,
     TaskRecord,
     _build,
     _outcome,
     new_record,
+    record_from_json,
     record_to_json,
     task_fields,
 )
@@ -514,6 +516,81 @@ async def test_a_running_tool_is_awaited_by_the_task_actor_itself(autojump_clock
         result = await client.task_result(created.task.task_id)
     assert result.text == "ok"
     assert callers == ["TaskActor.run_work"]
+
+
+async def test_a_task_actor_ends_quietly_when_its_own_scope_is_cancelled(autojump_clock: Any) -> None:
+    """The actor enters and leaves its cancel scope by hand (no ``with``, whose bound
+    ``__exit__`` every live task would keep): its own cancellation is swallowed there, and the
+    cancel has settled the task."""
+    supervisor = TaskSupervisor()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        record = await _working(supervisor)
+        reply: Reply[tuple[TaskRecord, bool]] = Reply()
+        supervisor.deliver(Route("alice", record.task_id, Cancel(reply)))
+        cancelled, was_final = await reply.wait()
+        assert cancelled.status == TaskStatus.CANCELLED and not was_final
+        await trio.testing.wait_all_tasks_blocked()
+        assert supervisor.actors == 0 and supervisor.live_count("alice") == 0
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_cancellation_from_outside_the_task_goes_on_up_and_settles_nothing() -> None:
+    settled: list[TaskRecord] = []
+    host = ActorHost(clock=lambda: 1.0, on_change=lambda actor, record: settled.append(record))
+    actor = TaskActor(new_record("t1", "alice", now=0.0, ttl_ms=1000, poll_interval_ms=None), _forever, host)
+    crashes: list[BaseException] = []
+    with trio.CancelScope() as outer:
+        outer.cancel()
+        await actor.run_work(lambda _, exc: crashes.append(exc))
+    assert outer.cancelled_caught  # the Cancelled reached the scope that was cancelled
+    assert settled == [] and crashes == [] and actor.status == TaskStatus.WORKING
+
+
+async def test_a_tool_that_fails_after_cancel_scope_handling_still_settles_failed() -> None:
+    async def broken(actor: TaskActor) -> TaskOutcome:
+        await trio.lowlevel.checkpoint()
+        raise ValueError("boom")
+
+    settled: list[TaskRecord] = []
+    host = ActorHost(clock=lambda: 1.0, on_change=lambda actor, record: settled.append(record))
+    actor = TaskActor(new_record("t1", "alice", now=0.0, ttl_ms=1000, poll_interval_ms=None), broken, host)
+    await actor.run_work(lambda _, exc: pytest.fail(f"crashed: {exc!r}"))
+    assert [r.status for r in settled] == [TaskStatus.FAILED]
+    assert settled[0].outcome is not None and settled[0].outcome.error is not None
+    assert settled[0].outcome.error.message == "Internal error: boom"
+
+
+async def test_the_trio_task_running_a_task_is_named_by_its_task_id(autojump_clock: Any) -> None:
+    """What Trio shows of the task (its task tree, instruments) names the MCP task."""
+    from trio_mcp import Server
+    from trio_mcp.client import connect_in_memory
+
+    names: list[str] = []
+    server = Server("names")
+
+    @server.tool(task_support="optional")
+    async def probe() -> str:
+        names.append(trio.lowlevel.current_task().name)
+        return "ok"
+
+    async with connect_in_memory(server) as client:
+        created = await client.call_tool_as_task("probe", {})
+        await client.task_result(created.task.task_id)
+    assert names == [created.task.task_id]
+
+
+def test_records_without_input_requests_share_one_read_only_empty_mapping() -> None:
+    record = new_record("t1", "alice", now=0.0, ttl_ms=1000, poll_interval_ms=None)
+    assert record.input_requests is NO_INPUT_REQUESTS and record.input_requests == {}
+    with pytest.raises(TypeError):
+        record.input_requests["r1"] = {}  # type: ignore[index]
+    asking = record.with_input_requests({"r1": {"method": "x"}}, TaskStatus.INPUT_REQUIRED, None, now=1.0)
+    done = asking.settle(TaskOutcome(result={"content": []}), now=2.0)
+    assert done.input_requests is NO_INPUT_REQUESTS
+    assert "inputRequests" not in record_to_json(done)
+    assert record_from_json(record_to_json(record)).input_requests is NO_INPUT_REQUESTS
+    assert record_from_json(record_to_json(asking)) == asking
 
 
 def test_reading_a_failed_reply_again_grows_no_traceback() -> None:

@@ -225,6 +225,28 @@ async def test_records_deleted_between_pages_are_skipped_never_repeated(store: T
     assert cursor is None
 
 
+async def test_paging_after_most_records_are_deleted_keeps_order_and_cursor(store: TaskStore) -> None:
+    # Enough deletions, before and after a cursor, that a store compacting its index does so
+    # (the memory store drops its holes once they are half of it): nothing is lost, repeated
+    # or reordered, and the cursor taken before still continues after the same record.
+    ids = [f"t{i:03}" for i in range(200)]
+    await create_all(store, *(record(task_id) for task_id in ids))
+    first, cursor = await store.page("alice", None, 10)
+    assert [r.task_id for r in first] == ids[:10] and cursor is not None
+    gone = {task_id for i, task_id in enumerate(ids) if i % 4 != 1 or 60 <= i < 120}
+    for task_id in sorted(gone, key=lambda t: (int(t[1:]) * 37) % 200):  # deleted out of order
+        assert await store.delete(task_id) is not None
+    later = [f"n{i}" for i in range(5)]
+    await create_all(store, *(record(task_id) for task_id in later))
+    seen: list[str] = []
+    while cursor is not None:
+        page, cursor = await store.page("alice", cursor, 7)
+        seen += [r.task_id for r in page]
+    kept = [t for t in ids if t not in gone]
+    assert seen == [t for t in kept if t not in ids[:10]] + later
+    assert [t for page in await all_pages(store, "alice", 9) for t in page] == kept + later
+
+
 async def test_a_deleted_cursor_record_does_not_break_the_chain(store: TaskStore) -> None:
     ids = [f"t{i}" for i in range(6)]
     await create_all(store, *(record(task_id) for task_id in ids))

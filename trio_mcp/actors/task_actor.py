@@ -30,7 +30,7 @@ import trio
 
 from ..protocol import _json
 from ..protocol.errors import INTERNAL_ERROR, TASK_CANCELLED, ErrorValue, McpError
-from ..protocol.records import TaskOutcome, TaskRecord
+from ..protocol.records import NO_INPUT_REQUESTS, TaskOutcome, TaskRecord
 from ..protocol.tasks import TaskStatus
 from .runtime import Reply
 from .trace import Tracer
@@ -59,6 +59,15 @@ _CANCELLED_BY_REQUEST = TaskOutcome(error=CANCELLED, failed=True, message=_BY_RE
 
 _PRUNE_FROM = 8
 """``tasks/result`` waiters a task keeps before it first drops abandoned ones."""
+
+
+def _left(scope: trio.CancelScope, exc: BaseException) -> bool:
+    """Leave ``scope`` as a ``with`` block would on ``exc``: True if the scope swallowed it."""
+    return bool(scope.__exit__(type(exc), exc, exc.__traceback__))
+
+
+def _internal_error(exc: Exception) -> TaskOutcome:
+    return TaskOutcome.from_error(ErrorValue(INTERNAL_ERROR, f"Internal error: {exc}"))
 
 
 # Messages. Each carries its own reply slot where an answer is due.
@@ -159,7 +168,7 @@ class _InputState:
 class TaskActor:
     """One MCP task. Created, fed and stopped by the :class:`~trio_mcp.actors.supervisor.TaskSupervisor`."""
 
-    __slots__ = ("_host", "_input", "_scope", "_stopped", "_waiters", "_work", "owner", "record", "watcher")
+    __slots__ = ("_host", "_input", "_scope", "_stopped", "_waiters", "_work", "record", "watcher")
 
     def __init__(
         self,
@@ -169,8 +178,6 @@ class TaskActor:
         watcher: Callable[[TaskRecord], None] | None = None,
     ) -> None:
         self.record = record
-        self.owner = record.owner
-        """The task's owner (a record's never changes)."""
         self._work = work
         self._host = host
         self.watcher = watcher
@@ -184,6 +191,12 @@ class TaskActor:
     @property
     def task_id(self) -> str:
         return self.record.task_id
+
+    @property
+    def owner(self) -> str:
+        """The task's owner (a record's never changes; the hot paths read ``record.owner``:
+        eight slots, not nine, make an actor 16 bytes smaller)."""
+        return self.record.owner
 
     @property
     def status(self) -> TaskStatus:
@@ -267,7 +280,7 @@ class TaskActor:
     def _drop_requests(self, keys: tuple[str, ...]) -> None:
         if self.record.is_terminal or self._stopped is not None:
             return
-        requests = {k: v for k, v in self.record.input_requests.items() if k not in keys}
+        requests = {k: v for k, v in self.record.input_requests.items() if k not in keys} or NO_INPUT_REQUESTS
         status = self.record.status
         message = self.record.status_message
         if not requests and not (self._input and self._input.waits) and status == TaskStatus.INPUT_REQUIRED:
@@ -297,33 +310,42 @@ class TaskActor:
 
         The work's own errors settle the task (``failed``); an error of this actor itself is
         a crash, reported to ``on_crash`` (its supervisor) rather than raised into the nursery.
+        A cancellation of the task's scope ends the work with no outcome (whoever cancelled it
+        has settled the task); any other cancellation goes on up.
         """
-        outcome: TaskOutcome | None = None
+        # This frame lives as long as the task, so it is kept small: few names, and the scope
+        # entered and left by hand as ``with`` would (a ``with`` holds the bound ``__exit__``
+        # on the frame for the task's whole life: 64 bytes a task).
+        scope = self._scope
         try:
-            with self._scope:
+            scope.__enter__()
+            try:
+                work = self._work
                 try:
-                    work = self._work
                     if isinstance(work, StagedWork):
-                        started = work.start(self)
-                        if isinstance(started, TaskOutcome):
-                            outcome = started
-                        else:
+                        step: Any = work.start(self)
+                        if not isinstance(step, TaskOutcome):
                             try:
-                                value = await started
+                                step = await step
                             except McpError:
                                 raise
                             except Exception as exc:
-                                outcome = work.fail(exc)
+                                step = work.fail(exc)
                             else:
-                                outcome = work.finish(value)
+                                step = work.finish(step)
                     else:
-                        outcome = await work(self)
+                        step = await work(self)
                 except McpError as exc:
-                    outcome = TaskOutcome.from_error(exc.value)
+                    step = TaskOutcome.from_error(exc.value)
                 except Exception as exc:
-                    outcome = TaskOutcome.from_error(ErrorValue(INTERNAL_ERROR, f"Internal error: {exc}"))
-            if outcome is not None and self._stopped is None:
-                self.settle(self._bounded(outcome))
+                    step = _internal_error(exc)
+            except BaseException as exc:
+                if not _left(scope, exc):
+                    raise
+                return  # this task's scope was cancelled: no outcome
+            scope.__exit__(None, None, None)
+            if self._stopped is None:
+                self.settle(self._bounded(step))
         except Exception as exc:
             on_crash(self, exc)
 

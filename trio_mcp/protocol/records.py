@@ -17,6 +17,8 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -27,6 +29,7 @@ from .errors import ErrorValue
 from .tasks import TERMINAL, TaskStatus, check_transition, format_timestamp
 
 __all__ = [
+    "NO_INPUT_REQUESTS",
     "TaskOutcome",
     "TaskRecord",
     "new_record",
@@ -78,6 +81,11 @@ class TaskOutcome:
         )
 
 
+NO_INPUT_REQUESTS: Mapping[str, Any] = MappingProxyType({})
+"""The input requests of a task that has none: one shared, read-only empty mapping (an
+empty dict per record would be 64 bytes for every live task). Equal to ``{}``."""
+
+
 @attrs.frozen(weakref_slot=False)  # no weak reference slot: built by slot_builder
 class TaskRecord:
     """One task. Times are wall-clock epoch seconds; durations are milliseconds.
@@ -85,7 +93,8 @@ class TaskRecord:
     ``owner`` is a string identity (an authenticated principal, or one minted for a
     connection). ``version`` grows by one with every change, so stores can update
     conditionally (compare-and-set). ``input_requests`` are the task's pending requests for
-    input, keyed by an id unique for the task's life (JSON values).
+    input, keyed by an id unique for the task's life (JSON values); a record that has none
+    shares :data:`NO_INPUT_REQUESTS`. A record is never changed in place, its mapping included.
     """
 
     task_id: str
@@ -98,7 +107,7 @@ class TaskRecord:
     poll_interval_ms: int | None = None
     status_message: str | None = None
     outcome: TaskOutcome | None = None
-    input_requests: dict[str, Any] = attrs.Factory(dict)
+    input_requests: Mapping[str, Any] = NO_INPUT_REQUESTS
     version: int = 0
     created_text: str = attrs.field(init=False, eq=False, repr=False)
     """``created_at`` in ISO 8601 (UTC, milliseconds), as every era writes it: formatted when
@@ -126,7 +135,7 @@ class TaskRecord:
         status: TaskStatus,
         message: str | None,
         outcome: TaskOutcome | None,
-        requests: dict[str, Any],
+        requests: Mapping[str, Any],
     ) -> TaskRecord:
         # The next version, built directly (this is every task change): its creation text is
         # this one's, and its new time is formatted now (a change is written at once: a status
@@ -157,7 +166,7 @@ class TaskRecord:
         return self._changed(now, self.status, message, self.outcome, self.input_requests)
 
     def with_input_requests(
-        self, requests: dict[str, Any], status: TaskStatus, message: str | None, *, now: float
+        self, requests: Mapping[str, Any], status: TaskStatus, message: str | None, *, now: float
     ) -> TaskRecord:
         """The record with these pending input requests, in ``status`` (a legal move, or the same)."""
         if status != self.status:
@@ -168,7 +177,7 @@ class TaskRecord:
         """The terminal record for ``outcome`` (``failed`` or ``completed`` unless ``status``)."""
         final = status or (TaskStatus.FAILED if outcome.failed else TaskStatus.COMPLETED)
         check_transition(self.status, final)
-        return self._changed(now, final, outcome.message, outcome, {})
+        return self._changed(now, final, outcome.message, outcome, NO_INPUT_REQUESTS)
 
 
 _build = slot_builder(TaskRecord)
@@ -208,7 +217,7 @@ def new_record(
         poll_interval_ms,
         None,
         None,
-        {},
+        NO_INPUT_REQUESTS,
         0,
         text,
         text,
@@ -256,7 +265,7 @@ def record_to_json(record: TaskRecord) -> dict[str, Any]:
     if record.outcome is not None:
         out["outcome"] = record.outcome.to_json()
     if record.input_requests:
-        out["inputRequests"] = record.input_requests
+        out["inputRequests"] = dict(record.input_requests)
     return out
 
 
@@ -284,6 +293,6 @@ def record_from_json(obj: dict[str, Any]) -> TaskRecord:
         poll_interval_ms=obj.get("pollIntervalMs"),
         status_message=obj.get("statusMessage"),
         outcome=TaskOutcome.from_json(outcome) if outcome is not None else None,
-        input_requests=obj.get("inputRequests", {}),
+        input_requests=obj.get("inputRequests") or NO_INPUT_REQUESTS,
         version=obj["version"],
     )
