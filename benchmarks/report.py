@@ -118,9 +118,11 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             f"<= {1 + CHURN_RSS_TOLERANCE}",
             ratio <= 1 + CHURN_RSS_TOLERANCE,
         )
-        growth = churn["cpu_ratio_last_steady"]
+        growth = churn["cpu_ratio_late_early"]
+        first, thirds = churn["steady_chunk"] + 1, churn["thirds"]
         add(
-            f"churn: server CPU per create, last / chunk {churn['steady_chunk'] + 1}",
+            f"churn: server CPU per create, median of the last {thirds} chunks / of chunks "
+            f"{first}-{first + thirds - 1}",
             growth,
             f"<= {1 + CHURN_RATE_TOLERANCE}",
             growth <= 1 + CHURN_RATE_TOLERANCE,
@@ -265,7 +267,10 @@ def table(results: dict[str, Any]) -> str:
         lines.append(f"  server CPU per create, per chunk: {cpu} us")
         lines.append(
             f"  last / first chunk: rate x{churn['rate_ratio_last_first']:.3f}, "
-            f"CPU per create x{churn['cpu_ratio_last_first']:.3f}"
+            f"CPU per create x{churn['cpu_ratio_last_first']:.3f}; last / chunk {churn['steady_chunk'] + 1} "
+            f"x{churn['cpu_ratio_last_steady']:.3f}; median of the last {churn['thirds']} / of the first "
+            f"{churn['thirds']} from chunk {churn['steady_chunk'] + 1} x{churn['cpu_ratio_late_early']:.3f} "
+            f"({churn['cpu_us_late_median']:.0f} / {churn['cpu_us_early_median']:.0f} us)"
         )
         lines.append(
             f"  tasks/list empty: {churn['list_empty']} ({churn['list_empty_after_s']:.1f} s after the last "
@@ -525,6 +530,17 @@ def peers_table(p: dict[str, Any]) -> list[str]:
             if n in paired
         )
         lines.append(f"  paired (median of each round's trio-mcp / peer): {shown}")
+    trio_cancel = p.get("trio_cancel_us")
+    if trio_cancel:
+        runs_text = "/".join(f"{v:.1f}" for v in trio_cancel["runs"])
+        line = (
+            f"  Trio alone, cancelling a task asleep in its cancel scope and unwinding it (no I/O, no "
+            f"JSON, no record; trio_floor.py --cancel-cost): {trio_cancel['median']:.1f} us ({runs_text})"
+        )
+        if "ts-sdk" in names:
+            ts_cancel = med["ts-sdk"]["cpu_us_per_request"]["cancel"]
+            line += f" = {trio_cancel['median'] / ts_cancel:.2f}x the TS SDK's whole tasks/cancel"
+        lines.append(line)
     if "ts-sdk" in names:
         main = {
             op: statistics.median(r[op]["main_thread_cpu_us_per_request"] for r in p["runs"]["ts-sdk"])

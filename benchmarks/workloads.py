@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -350,6 +351,8 @@ class ScaleRuns:
     probe_n: int
     round_sizes: list[int]
     created: RunResult
+    """Every timed creation of L sleep tasks: the first, and one per further round of cancels
+    (at a small L, so that it counts as many creates as the cancels do)."""
     got: RunResult
     probe: RunResult
     cancelled: RunResult
@@ -394,9 +397,12 @@ class ScaleRuns:
         probe = timed(lambda name: by_id("tasks/cancel", ids[name][:probe_n]), 1)
         first = timed(lambda name: by_id("tasks/cancel", ids[name][probe_n:]))
         rounds = {name: [first[name]] for name in names}
+        creations = {name: [created[name]] for name in names}
         round_sizes = [live - probe_n]
         while sum(round_sizes) < sizes.cancel_min:
             made = timed(lambda _: create_sleep(live, sizes.sleep_seconds))
+            for name, run in made.items():
+                creations[name].append(run)
             cancels = {name: by_id("tasks/cancel", task_ids(run, "create")) for name, run in made.items()}
             for srv in targets.values():
                 srv.client.ping()
@@ -419,7 +425,7 @@ class ScaleRuns:
                 get_ids[name],
                 probe_n,
                 round_sizes,
-                created[name],
+                merge(creations[name]),
                 got[name],
                 probe[name],
                 cancelled,
@@ -587,6 +593,13 @@ def churn(sizes: Sizes, log: Callable[[str], None]) -> dict[str, Any]:
     # nothing expires for its first TTL, so it does less work per create than any later chunk.
     steady = 1 if len(chunks) >= 3 else 0
     cpu_steady = chunks[steady]["cpu_us_per_request"]
+    # The judged growth: the median of the last third of the chunks from there over that of the
+    # first third. One chunk's CPU swings by a third on a shared 2-core machine (one run gave 62,
+    # 48, 77, 74, 67, 60, 51, 56, 67, 77 us with no trend), so one chunk over another mostly
+    # measures that swing; a cost that grows with the run still moves the medians.
+    cpus = [c["cpu_us_per_request"] for c in chunks[steady:]]
+    third = max(1, len(cpus) // 3)
+    cpu_early, cpu_late = statistics.median(cpus[:third]), statistics.median(cpus[-third:])
     out = {
         "tasks": sizes.churn_tasks,
         "ttl_ms": [lo, hi],
@@ -601,6 +614,10 @@ def churn(sizes: Sizes, log: Callable[[str], None]) -> dict[str, Any]:
         "steady_chunk": steady,
         "cpu_us_steady_chunk": cpu_steady,
         "cpu_ratio_last_steady": round(cpu_last / cpu_steady, 4) if cpu_steady else 0.0,
+        "thirds": third,
+        "cpu_us_early_median": cpu_early,
+        "cpu_us_late_median": cpu_late,
+        "cpu_ratio_late_early": round(cpu_late / cpu_early, 4) if cpu_early else 0.0,
         "list_empty": left == 0,
         "list_empty_after_s": round(empty_after, 3),
         "get_probe": {"sampled": len(sample), "expired_-32602": expired},

@@ -120,6 +120,9 @@ def test_smoke_run_covers_every_workload(tmp_path: Path) -> None:
                 ]
                 assert peers["paired_ratios"][name][op] == round(statistics.median(pairs), 4)
     assert "paired (median of each round's trio-mcp / peer)" in proc.stdout
+    trio_cancel = peers["trio_cancel_us"]
+    assert len(trio_cancel["runs"]) == peers["repeats"] and trio_cancel["median"] > 0
+    assert "Trio alone, cancelling a task asleep in its cancel scope" in proc.stdout
     for name in ("trio-mcp", "bare-trio", *(["ts-sdk"] if with_ts else [])):
         assert peers["median"][name]["rss_bytes_per_task"] > 0  # the stateful peers hold the tasks
     assert "0 headline" in proc.stdout
@@ -158,6 +161,8 @@ def test_smoke_run_covers_every_workload(tmp_path: Path) -> None:
     for point in points:
         _compared(point["get"])
         _compared(point["cancel"])
+        # the creation of the sleep tasks counts every round's: as many creates as cancels
+        assert point["create_sleep"]["requests"] == point["L"] * point["cancel"]["rounds"]
         assert point["memory"]["rss_after_kib"] > 0
     assert w["scaling"]["get_rate_ratio"] > 0
     flat = w["scaling"]["flat"]
@@ -186,6 +191,13 @@ def test_smoke_run_covers_every_workload(tmp_path: Path) -> None:
     assert churn["list_empty"], "every short-TTL task should have expired"
     assert churn["get_probe"]["expired_-32602"] == churn["get_probe"]["sampled"] > 0
     assert churn["rss_end_kib"] > 0
+    # growth is judged on medians of the first and last thirds from the steady chunk on
+    cpus = [c["cpu_us_per_request"] for c in churn["chunks"][churn["steady_chunk"] :]]
+    third = churn["thirds"]
+    assert third == max(1, len(cpus) // 3)
+    assert churn["cpu_us_early_median"] == statistics.median(cpus[:third])
+    assert churn["cpu_us_late_median"] == statistics.median(cpus[-third:])
+    assert "churn: server CPU per create, median of the last" in proc.stdout
 
     # 9: every store measured in this run; SQLite and Redis as ratios to memory's figures
     stores = w["stores"]["stores"]

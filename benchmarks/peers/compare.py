@@ -29,11 +29,18 @@ figure is the median over the rounds. The headline figure is the server's CPU pe
 whole process's CPU time over its timed chunks (the sum of ``/proc/PID/task/*/schedstat``, so
 that Node's helper threads count), divided by the requests. The main thread's share is kept in
 the JSON as ``main_thread_cpu_us_per_request``.
+
+After each round, ``trio_cancel_cost`` measures Trio alone in a fresh process: the CPU to
+cancel a task sleeping in its own cancel scope and unwind it, at L tasks, with no I/O, no JSON
+and no record (``benchmarks/trio_floor.py --cancel-cost L``). It is the part of a
+``tasks/cancel`` no Trio server can avoid, printed beside the TypeScript SDK's whole cancel.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -177,6 +184,7 @@ def compare(sizes: Sizes, log: Callable[[str], None]) -> dict[str, Any]:
     names = peer_names(sizes.ts)
     live = sizes.scale_for_targets()
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    trio_cancel: list[float] = []
     for repeat in range(sizes.peer_repeats):
         shift = repeat % len(names)
         order = names[shift:] + names[:shift]  # who goes first in each chunk's turn, rotated too
@@ -188,6 +196,8 @@ def compare(sizes: Sizes, log: Callable[[str], None]) -> dict[str, Any]:
                 f"  {repeat + 1}/{sizes.peer_repeats} {LABELS[name]}: CPU us/request {cpu}; "
                 f"RSS/task {one[name]['memory']['bytes_per_task'] / 1024:.2f} KiB"
             )
+        trio_cancel.append(trio_cancel_cost(live))
+        log(f"  {repeat + 1}/{sizes.peer_repeats} Trio alone: {trio_cancel[-1]:.1f} us per cancel and unwind")
     median: dict[str, dict[str, Any]] = {}
     for name, its in runs.items():
         median[name] = {
@@ -225,4 +235,18 @@ def compare(sizes: Sizes, log: Callable[[str], None]) -> dict[str, Any]:
         "ratios": ratios,
         "paired_ratios": paired,
         "runs": runs,
+        "trio_cancel_us": {"median": _median(trio_cancel), "runs": trio_cancel},
     }
+
+
+def trio_cancel_cost(live: int) -> float:
+    """:func:`benchmarks.trio_floor.trio_cancel_cost` at ``live`` tasks, in a fresh process (as
+    the peers are): µs of CPU per cancel and unwind of a sleeping task in Trio alone."""
+    out = subprocess.run(
+        [sys.executable, str(TRIO_FLOOR_SCRIPT), "--cancel-cost", str(live)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    return float(json.loads(out.stdout)["us_per_cancel"])
