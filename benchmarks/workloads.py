@@ -67,7 +67,7 @@ class Sizes:
     """Also run create, get and cancel (at the main L) over WebSocket."""
     churn_tasks: int = 100_000
     """Short-TTL ``echo`` tasks in the churn workload; 0 skips it."""
-    churn_chunk: int = 10_000
+    churn_chunk: int = 5_000
     churn_ttl_ms: tuple[int, int] = (1_000, 2_000)
     churn_wait: float = 10.0
     """Seconds past the longest TTL to wait for every task to expire."""
@@ -589,9 +589,13 @@ def churn(sizes: Sizes, log: Callable[[str], None]) -> dict[str, Any]:
         srv.close()
     first, last = chunks[0]["rate"], chunks[-1]["rate"]
     cpu_first, cpu_last = chunks[0]["cpu_us_per_request"], chunks[-1]["cpu_us_per_request"]
-    # Growth is judged from the second chunk on: during the first one the table starts empty and
-    # nothing expires for its first TTL, so it does less work per create than any later chunk.
-    steady = 1 if len(chunks) >= 3 else 0
+    # Growth is judged from the first chunk that starts once the longest TTL has passed since the
+    # first create: from then on every chunk expires about as many tasks as it creates. Before,
+    # the table fills and fewer tasks expire, so a create costs less (36 us per create against
+    # 49 in the steady state of one run at 17 000 creates/s, where chunk 2 still ended before
+    # the shortest TTL). A run too short to get there is judged on its second half.
+    starts = [0.0] + [c["elapsed_s"] for c in chunks[:-1]]
+    steady = next((i for i, start in enumerate(starts) if start >= hi / 1000), len(chunks) // 2)
     cpu_steady = chunks[steady]["cpu_us_per_request"]
     # The judged growth: the median of the last third of the chunks from there over that of the
     # first third. One chunk's CPU swings by a third on a shared 2-core machine (one run gave 62,
