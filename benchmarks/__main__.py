@@ -170,8 +170,11 @@ def run(sizes: Sizes, argv: Sequence[str]) -> dict[str, Any]:
         "get_cpu_ratio": _cpu_growth(top["get"], low["get"]),
         "cancel_cpu_ratio": _cpu_growth(top["cancel"], low["cancel"]),
         "points": points,
-        "flat": _flatness(points),
+        "flat_sequential": _flatness(points),
     }
+    if base_l != max(sizes.scales):
+        log(f"flatness: L={base_l} and L={max(sizes.scales)} side by side")
+        w["scaling"]["flat"] = workloads.paired_flatness(sizes, base_l, max(sizes.scales), log)
     if sizes.ws:
         log(f"WebSocket: create N={sizes.n}, get/cancel at L={main_l}")
         w["ws"] = workloads.websocket(sizes, w["create"], top, log)

@@ -66,7 +66,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         for kind in ("get", "cancel", "create"):
             growth = flat[f"{kind}_cpu_ratio"]
             add(
-                f"{kind} CPU/request L={flat['to_L']} / L={flat['from_L']}",
+                f"{kind} CPU/request L={flat['to_L']} / L={flat['from_L']} (side by side)",
                 growth,
                 f"<= {1 + FLAT_TOLERANCE}",
                 growth <= 1 + FLAT_TOLERANCE,
@@ -243,12 +243,23 @@ def table(results: dict[str, Any]) -> str:
         f"cancel rate x{s['cancel_rate_ratio']:.3f} (1.0 = no per-request cost growth); "
         f"server CPU per request: get x{s['get_cpu_ratio']:.3f}, cancel x{s['cancel_cpu_ratio']:.3f}"
     )
-    flat = s.get("flat")
-    if flat is not None and flat["to_L"] != s["main_L"]:
+    seq = s.get("flat_sequential")
+    if seq is not None and seq["to_L"] != s["main_L"]:
         lines.append(
-            f"  flatness L={flat['from_L']} -> L={flat['to_L']}: server CPU per request get "
-            f"x{flat['get_cpu_ratio']:.3f}, cancel x{flat['cancel_cpu_ratio']:.3f}, "
-            f"create (sleep) x{flat['create_cpu_ratio']:.3f}"
+            f"  L={seq['from_L']} -> L={seq['to_L']} (the rows above, one server per L, one after "
+            f"another): server CPU per request get x{seq['get_cpu_ratio']:.3f}, cancel "
+            f"x{seq['cancel_cpu_ratio']:.3f}, create (sleep) x{seq['create_cpu_ratio']:.3f}"
+        )
+    flat = s.get("flat")
+    if flat is not None:
+        cells = ", ".join(
+            f"{op} x{flat[f'{op}_cpu_ratio']:.3f} ({flat[f'{op}_cpu_us']['low']:.1f} -> "
+            f"{flat[f'{op}_cpu_us']['high']:.1f} us, paired x{flat[f'{op}_paired']:.3f})"
+            for op in ("create", "get", "cancel")
+        )
+        lines.append(
+            f"  flatness, the two ends side by side (judged): L={flat['from_L']} -> L={flat['to_L']}, "
+            f"server CPU per request: {cells}"
         )
     ws = w.get("ws")
     if ws is not None:

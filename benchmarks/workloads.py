@@ -282,9 +282,16 @@ def interleaved(
     chunk: all of them meet the machine in the same moments, so that a drift in its speed
     (other tenants, frequency) weighs on each alike and their ratios keep still. Without it,
     each target's requests run in one piece, one target after the other."""
-    names = list(targets)
     if chunk is None:
-        return {name: targets[name].run(requests[name], window) for name in names}
+        return {name: target.run(requests[name], window) for name, target in targets.items()}
+    return {name: merge(parts) for name, parts in interleaved_parts(targets, requests, window, chunk).items()}
+
+
+def interleaved_parts(
+    targets: Mapping[str, Target], requests: Mapping[str, Sequence[Request]], window: int, chunk: int
+) -> dict[str, list[RunResult]]:
+    """:func:`interleaved` with ``chunk``, each target's runs kept apart, one per chunk."""
+    names = list(targets)
     runs: dict[str, list[RunResult]] = {name: [] for name in names}
     longest = max((len(requests[name]) for name in names), default=0)
     for k, start in enumerate(range(0, longest, chunk)):
@@ -293,7 +300,7 @@ def interleaved(
             part = requests[name][start : start + chunk]
             if part:
                 runs[name].append(targets[name].run(part, window))
-    return {name: merge(parts) for name, parts in runs.items()}
+    return runs
 
 
 def timed_creates(srv: Target, sizes: Sizes) -> tuple[RunResult, list[str]]:
@@ -478,6 +485,98 @@ def at_scale(live: int, sizes: Sizes, raw: Target, log: Callable[[str], None]) -
         f"RSS/task {point['memory']['bytes_per_task'] / 1024:.2f} KiB"
     )
     return point
+
+
+# -- workload 6: flatness, the two ends side by side -------------------------------------------
+def paired_flatness(sizes: Sizes, lo: int, hi: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """Server CPU per request with ``hi`` live tasks over that with ``lo``, for the creation of
+    the sleep tasks, ``tasks/get`` and ``tasks/cancel``: two fresh servers side by side, taking
+    turns chunk by chunk as the peers of workload 0 do, so that the machine's drift weighs on
+    both ends alike (the L points of workloads 3 to 5 each run on a server of their own, minutes
+    apart, and their ratio moved by a fifth from run to run with the same code).
+
+    In each turn of the build-up the high server creates its next ``peer_chunk`` tasks and the
+    low one creates ``lo`` (timed) and cancels them (not timed); gets cycle over each server's
+    own live tasks, as many on both; in each turn of the cancels the high server cancels its
+    next chunk and the low one creates ``lo`` (not timed) and cancels them (timed). Who goes
+    first alternates. ``*_cpu_ratio`` is the ratio of the two CPU totals per request;
+    ``*_paired`` the median over turns of each turn's ratio."""
+    w, chunk, secs = sizes.window, sizes.peer_chunk, sizes.sleep_seconds
+    ends = {"low": server(), "high": server()}
+    low, high = ends["low"], ends["high"]
+    timed: dict[str, dict[str, list[RunResult]]] = {op: {"low": [], "high": []} for op in OPS_FLAT}
+    try:
+        for srv in ends.values():
+            warm = task_ids(srv.run(create_sleep(sizes.warmup, secs), w), "warm-up create")
+            srv.run(by_id("tasks/get", warm), w)
+            srv.run(by_id("tasks/cancel", warm), w)
+
+        def low_round(op: str) -> None:
+            made = low.run(create_sleep(lo, secs), w)
+            cancelled = low.run(by_id("tasks/cancel", task_ids(made, "create")), w)
+            timed[op]["low"].append(made if op == "create" else cancelled)
+
+        high_ids: list[str] = []
+        for turn, start in enumerate(range(0, hi, chunk)):
+            for end in ("high", "low") if turn % 2 == 0 else ("low", "high"):
+                if end == "high":
+                    run = high.run(create_sleep(min(chunk, hi - start), secs), w)
+                    high_ids += task_ids(run, "create")
+                    timed["create"]["high"].append(run)
+                else:
+                    low_round("create")
+        low_ids = task_ids(low.run(create_sleep(lo, secs), w), "create")
+        count = max(hi, sizes.get_min)
+        got = interleaved_parts(
+            ends,
+            {
+                "low": by_id("tasks/get", [low_ids[i % lo] for i in range(count)]),
+                "high": by_id("tasks/get", [high_ids[i % hi] for i in range(count)]),
+            },
+            w,
+            chunk,
+        )
+        for end in ends:
+            timed["get"][end] = got[end]
+        low.run(by_id("tasks/cancel", low_ids), w)
+        for turn, start in enumerate(range(0, hi, chunk)):
+            for end in ("high", "low") if turn % 2 == 0 else ("low", "high"):
+                if end == "high":
+                    timed["cancel"]["high"].append(
+                        high.run(by_id("tasks/cancel", high_ids[start : start + chunk]), w)
+                    )
+                else:
+                    low_round("cancel")
+    finally:
+        for srv in ends.values():
+            srv.close()
+    out: dict[str, Any] = {"from_L": lo, "to_L": hi, "side_by_side": True, "chunk": chunk}
+    for op in OPS_FLAT:
+        lows, highs = timed[op]["low"], timed[op]["high"]
+        low_cpu = sum(r.peer_cpu for r in lows) / sum(r.count for r in lows)
+        high_cpu = sum(r.peer_cpu for r in highs) / sum(r.count for r in highs)
+        turns = [
+            (h.peer_cpu / h.count) / (lw.peer_cpu / lw.count)
+            for lw, h in zip(lows, highs, strict=True)
+            if lw.peer_cpu
+        ]
+        out[f"{op}_cpu_ratio"] = round(high_cpu / low_cpu, 4) if low_cpu else 0.0
+        out[f"{op}_paired"] = round(statistics.median(turns), 4) if turns else 0.0
+        out[f"{op}_cpu_us"] = {"low": round(low_cpu * 1e6, 2), "high": round(high_cpu * 1e6, 2)}
+        out[f"{op}_requests"] = {"low": sum(r.count for r in lows), "high": sum(r.count for r in highs)}
+    log(
+        f"  flatness side by side, L={lo} -> L={hi}: "
+        + ", ".join(
+            f"{op} x{out[f'{op}_cpu_ratio']:.3f} ({out[f'{op}_cpu_us']['low']:.1f} -> "
+            f"{out[f'{op}_cpu_us']['high']:.1f} us)"
+            for op in OPS_FLAT
+        )
+    )
+    return out
+
+
+OPS_FLAT = ("create", "get", "cancel")
+"""What :func:`paired_flatness` compares: the creation of sleep tasks, gets, cancels."""
 
 
 # -- workload 7: create, get and cancel over WebSocket ------------------------------------------

@@ -165,9 +165,24 @@ def test_smoke_run_covers_every_workload(tmp_path: Path) -> None:
         assert point["create_sleep"]["requests"] == point["L"] * point["cancel"]["rounds"]
         assert point["memory"]["rss_after_kib"] > 0
     assert w["scaling"]["get_rate_ratio"] > 0
+    seq = w["scaling"]["flat_sequential"]
+    assert (seq["from_L"], seq["to_L"]) == (points[0]["L"], points[-1]["L"])
+    assert seq["get_cpu_ratio"] > 0 and seq["cancel_cpu_ratio"] > 0 and seq["create_cpu_ratio"] > 0
+    # the judged flatness: the smallest and largest L on two servers side by side
     flat = w["scaling"]["flat"]
-    assert (flat["from_L"], flat["to_L"]) == (points[0]["L"], points[-1]["L"])
-    assert flat["get_cpu_ratio"] > 0 and flat["cancel_cpu_ratio"] > 0 and flat["create_cpu_ratio"] > 0
+    lo, hi = points[0]["L"], points[-1]["L"]
+    assert (flat["from_L"], flat["to_L"], flat["side_by_side"]) == (lo, hi, True)
+    turns = -(-hi // flat["chunk"])
+    assert flat["create_requests"] == {"low": lo * turns, "high": hi}
+    assert flat["cancel_requests"] == {"low": lo * turns, "high": hi}
+    assert flat["get_requests"]["low"] == flat["get_requests"]["high"] >= hi
+    for op in ("create", "get", "cancel"):
+        cpu = flat[f"{op}_cpu_us"]
+        assert cpu["low"] > 0 and cpu["high"] > 0 and flat[f"{op}_paired"] > 0
+        ratio = cpu["high"] / cpu["low"]  # of the rounded figures: within 1% of the exact one
+        assert abs(flat[f"{op}_cpu_ratio"] - ratio) <= 0.01 * ratio
+    assert "flatness, the two ends side by side (judged)" in proc.stdout
+    assert any(t["target"].endswith("(side by side)") for t in data["targets"])
     assert w["scaling"]["cancel_rate_ratio"] > 0
     assert w["memory"]["bytes_per_task"] > 0
 
