@@ -24,7 +24,6 @@ the task is answered from the store.
 from __future__ import annotations
 
 import base64
-import heapq
 import logging
 import math
 import os
@@ -40,6 +39,7 @@ from ..protocol._frozen import slot_builder
 from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, TASK_LIMIT_REACHED, ErrorValue
 from ..protocol.records import TaskOutcome, TaskRecord, new_record
 from ..protocol.tasks import TERMINAL, TaskStatus
+from ._expiries import Expiries
 from .runtime import Actor, Reply
 from .store import InvalidCursor, MemoryTaskStore, SharedTaskStore, TaskEvent, TaskStore
 from .task_actor import (
@@ -284,10 +284,10 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         # The ids of each owner's live tasks. A dict used as an insertion-ordered set: at ten
         # thousand entries a dict costs some 30 bytes an entry, a set over 50.
         self._live: dict[str, dict[str, None]] = {}
-        # (deadline, task id) of every task created here, in Trio's time. A task's deadline is
-        # set once, so an entry is current while its task is kept (in ``_owner_of``); entries of
+        # When every task created here expires, in Trio's time. A task's deadline is set once,
+        # so its filed id is current while the task is kept (in ``_owner_of``); the ids of
         # removed tasks are dropped lazily (``_compact_deadlines``).
-        self._deadlines: list[tuple[float, str]] = []
+        self._expiries = Expiries()
         self._watchers: dict[str, list[Callable[[TaskRecord], None]]] = {}
         self._live_total = 0
         self._new_id = _TaskIds()
@@ -492,10 +492,9 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self._live_total += 1
         self._kept[owner] = self._kept.get(owner, 0) + 1
         self._owner_of[task_id] = owner
-        deadline = self._trio_now() + ttl / 1000
-        heapq.heappush(self._deadlines, (deadline, task_id))
-        if deadline < self._timer_deadline:
-            self._timer_deadline = self._timer.deadline = deadline
+        due = self._expiries.add(task_id, self._trio_now() + ttl / 1000)
+        if due < self._timer_deadline:
+            self._timer_deadline = self._timer.deadline = due
         message.reply.send(record)
 
     # -- routing --------------------------------------------------------------------------
@@ -733,12 +732,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             del self._actors[record.task_id]  # final and stored: the task is a record now
 
     def _compact_deadlines(self) -> None:
-        """Forget heap entries of removed tasks once they are half the heap (amortised O(1))."""
-        deadlines = self._deadlines
-        kept = self._owner_of
-        if len(deadlines) > 2 * len(kept) + 64:
-            deadlines[:] = [d for d in deadlines if d[1] in kept]
-            heapq.heapify(deadlines)
+        """Forget the filed ids of removed tasks once they are half of all (amortised O(1))."""
+        self._expiries.compact(self._owner_of)
 
     async def _remove(self, task_id: str, error: ErrorValue) -> None:
         if self._removed_now(task_id, error):
@@ -978,18 +973,14 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self.mailbox.put(_Sweep(), system=True)
 
     async def _expire_loop(self) -> None:
-        deadlines = self._deadlines
+        expiries = self._expiries
         while True:
-            self._timer_deadline = deadlines[0][0] if deadlines else math.inf
+            self._timer_deadline = expiries.earliest
             self._timer = trio.CancelScope(deadline=self._timer_deadline)
             with self._timer:
                 await trio.sleep_forever()
-            now = trio.current_time()
-            due: list[str] = []
-            while deadlines and deadlines[0][0] <= now:
-                task_id = heapq.heappop(deadlines)[1]
-                if task_id in self._owner_of:  # else removed before its time
-                    due.append(task_id)
+            kept = self._owner_of
+            due = [task_id for task_id in expiries.pop_due(trio.current_time()) if task_id in kept]
             self._compact_deadlines()
             if due:
                 self.mailbox.put(_Expire(tuple(due)), system=True)
