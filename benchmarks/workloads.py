@@ -489,43 +489,61 @@ def at_scale(live: int, sizes: Sizes, raw: Target, log: Callable[[str], None]) -
 
 # -- workload 6: flatness, the two ends side by side -------------------------------------------
 def paired_flatness(sizes: Sizes, lo: int, hi: int, log: Callable[[str], None]) -> dict[str, Any]:
-    """Server CPU per request with ``hi`` live tasks over that with ``lo``, for the creation of
-    the sleep tasks, ``tasks/get`` and ``tasks/cancel``: two fresh servers side by side, taking
-    turns chunk by chunk as the peers of workload 0 do, so that the machine's drift weighs on
-    both ends alike (the L points of workloads 3 to 5 each run on a server of their own, minutes
-    apart, and their ratio moved by a fifth from run to run with the same code).
+    """Server CPU per request with ``hi`` live tasks over that with ``lo``, for a create, a
+    ``tasks/get`` and a ``tasks/cancel``: two fresh servers side by side, taking turns as the
+    peers of workload 0 do, so that the machine's drift weighs on both ends alike (the L points
+    of workloads 3 to 5 each run on a server of their own, minutes apart, and their ratio moved
+    by a fifth from run to run with the same code). Who goes first alternates per turn.
 
-    In each turn of the build-up the high server creates its next ``peer_chunk`` tasks and the
-    low one creates ``lo`` (timed) and cancels them (not timed); gets cycle over each server's
-    own live tasks, as many on both; in each turn of the cancels the high server cancels its
-    next chunk and the low one creates ``lo`` (not timed) and cancels them (timed). Who goes
-    first alternates. ``*_cpu_ratio`` is the ratio of the two CPU totals per request;
-    ``*_paired`` the median over turns of each turn's ratio."""
+    1. *Build-up* (reported, not judged): the high server creates its ``hi`` tasks, a chunk
+       (``peer_chunk``) per turn, while the low one creates ``lo`` and cancels them. This is
+       the cost of *growing* to ``hi``: every create adds objects for good, so the collector
+       runs as many times more often, and fresh memory is faulted in, where the low server
+       only recycles.
+    2. *Create at L*: with their ``lo`` and ``hi`` tasks live, both create ``lo`` more per turn
+       (timed) and cancel them (not timed), ``cancel_min // lo`` turns: a create with L tasks
+       alive, at either end.
+    3. *Get*: as many gets on both, cycling over each server's live tasks, in chunks.
+    4. *Cancel*: per turn the high server cancels its next chunk of long-lived tasks, the low
+       one creates ``lo`` (not timed) and cancels them (timed).
+
+    ``*_cpu_ratio`` is the ratio of the two CPU totals per request; ``*_paired`` the median
+    over turns of each turn's ratio."""
     w, chunk, secs = sizes.window, sizes.peer_chunk, sizes.sleep_seconds
     ends = {"low": server(), "high": server()}
     low, high = ends["low"], ends["high"]
-    timed: dict[str, dict[str, list[RunResult]]] = {op: {"low": [], "high": []} for op in OPS_FLAT}
+    timed: dict[str, dict[str, list[RunResult]]] = {
+        op: {"low": [], "high": []} for op in (*OPS_FLAT, "build")
+    }
     try:
         for srv in ends.values():
             warm = task_ids(srv.run(create_sleep(sizes.warmup, secs), w), "warm-up create")
             srv.run(by_id("tasks/get", warm), w)
             srv.run(by_id("tasks/cancel", warm), w)
 
-        def low_round(op: str) -> None:
-            made = low.run(create_sleep(lo, secs), w)
-            cancelled = low.run(by_id("tasks/cancel", task_ids(made, "create")), w)
-            timed[op]["low"].append(made if op == "create" else cancelled)
+        def round_trip(end: str, op: str) -> None:
+            """``lo`` tasks created and cancelled on one end; the ``op`` half is timed."""
+            srv = ends[end]
+            made = srv.run(create_sleep(lo, secs), w)
+            cancelled = srv.run(by_id("tasks/cancel", task_ids(made, "create")), w)
+            timed[op][end].append(cancelled if op == "cancel" else made)
+
+        def turn_order(turn: int) -> tuple[str, str]:
+            return ("high", "low") if turn % 2 == 0 else ("low", "high")
 
         high_ids: list[str] = []
         for turn, start in enumerate(range(0, hi, chunk)):
-            for end in ("high", "low") if turn % 2 == 0 else ("low", "high"):
+            for end in turn_order(turn):
                 if end == "high":
                     run = high.run(create_sleep(min(chunk, hi - start), secs), w)
                     high_ids += task_ids(run, "create")
-                    timed["create"]["high"].append(run)
+                    timed["build"]["high"].append(run)
                 else:
-                    low_round("create")
+                    round_trip("low", "build")
         low_ids = task_ids(low.run(create_sleep(lo, secs), w), "create")
+        for turn in range(max(1, sizes.cancel_min // lo)):
+            for end in turn_order(turn):
+                round_trip(end, "create")
         count = max(hi, sizes.get_min)
         got = interleaved_parts(
             ends,
@@ -540,18 +558,18 @@ def paired_flatness(sizes: Sizes, lo: int, hi: int, log: Callable[[str], None]) 
             timed["get"][end] = got[end]
         low.run(by_id("tasks/cancel", low_ids), w)
         for turn, start in enumerate(range(0, hi, chunk)):
-            for end in ("high", "low") if turn % 2 == 0 else ("low", "high"):
+            for end in turn_order(turn):
                 if end == "high":
                     timed["cancel"]["high"].append(
                         high.run(by_id("tasks/cancel", high_ids[start : start + chunk]), w)
                     )
                 else:
-                    low_round("cancel")
+                    round_trip("low", "cancel")
     finally:
         for srv in ends.values():
             srv.close()
     out: dict[str, Any] = {"from_L": lo, "to_L": hi, "side_by_side": True, "chunk": chunk}
-    for op in OPS_FLAT:
+    for op in (*OPS_FLAT, "build"):
         lows, highs = timed[op]["low"], timed[op]["high"]
         low_cpu = sum(r.peer_cpu for r in lows) / sum(r.count for r in lows)
         high_cpu = sum(r.peer_cpu for r in highs) / sum(r.count for r in highs)
@@ -569,14 +587,14 @@ def paired_flatness(sizes: Sizes, lo: int, hi: int, log: Callable[[str], None]) 
         + ", ".join(
             f"{op} x{out[f'{op}_cpu_ratio']:.3f} ({out[f'{op}_cpu_us']['low']:.1f} -> "
             f"{out[f'{op}_cpu_us']['high']:.1f} us)"
-            for op in OPS_FLAT
+            for op in (*OPS_FLAT, "build")
         )
     )
     return out
 
 
 OPS_FLAT = ("create", "get", "cancel")
-"""What :func:`paired_flatness` compares: the creation of sleep tasks, gets, cancels."""
+"""What :func:`paired_flatness` judges: a create, a get and a cancel with L tasks live."""
 
 
 # -- workload 7: create, get and cancel over WebSocket ------------------------------------------

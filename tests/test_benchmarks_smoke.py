@@ -173,10 +173,12 @@ def test_smoke_run_covers_every_workload(tmp_path: Path) -> None:
     lo, hi = points[0]["L"], points[-1]["L"]
     assert (flat["from_L"], flat["to_L"], flat["side_by_side"]) == (lo, hi, True)
     turns = -(-hi // flat["chunk"])
-    assert flat["create_requests"] == {"low": lo * turns, "high": hi}
+    assert flat["build_requests"] == {"low": lo * turns, "high": hi}
+    rounds = max(1, data["config"]["cancel_min"] // lo)  # creates at L: as many on both ends
+    assert flat["create_requests"] == {"low": lo * rounds, "high": lo * rounds}
     assert flat["cancel_requests"] == {"low": lo * turns, "high": hi}
     assert flat["get_requests"]["low"] == flat["get_requests"]["high"] >= hi
-    for op in ("create", "get", "cancel"):
+    for op in ("create", "get", "cancel", "build"):
         cpu = flat[f"{op}_cpu_us"]
         assert cpu["low"] > 0 and cpu["high"] > 0 and flat[f"{op}_paired"] > 0
         ratio = cpu["high"] / cpu["low"]  # of the rounded figures: within 1% of the exact one

@@ -5,9 +5,11 @@ the TTL timers and the per-owner limits.
   identity: another owner gets -32602 and never sees it listed.
 - TTL counts from creation. Absent TTLs get :attr:`TaskLimits.default_ttl_ms`; larger ones are
   clamped to :attr:`TaskLimits.max_ttl_ms` and the real value is reported.
-- One timer loop over a deadline heap (not a sleeper per task); entries of removed tasks are
-  forgotten. At expiry a task's work is cancelled if still running, its record is deleted,
-  and any ``tasks/result`` waiter is answered with -32602 "Task has expired".
+- One timer loop over the deadlines (not a sleeper per task), filed in millisecond buckets
+  (:mod:`trio_mcp.actors._expiries`: a task expires at most 1 ms after its TTL, never
+  before); ids of removed tasks are forgotten. At expiry a task's work is cancelled if still
+  running, its record is deleted, and any ``tasks/result`` waiter is answered with -32602
+  "Task has expired".
 - At most :attr:`TaskLimits.max_live_tasks_per_owner` non-terminal tasks per owner; past it,
   creation fails with :data:`~trio_mcp.protocol.errors.TASK_LIMIT_REACHED`.
 - A TaskActor that crashes (a bug in the runtime, not in a tool: tool errors fail the task
