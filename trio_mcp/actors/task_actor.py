@@ -344,7 +344,7 @@ class TaskActor:
                     raise
                 return  # this task's scope was cancelled: no outcome
             scope.__exit__(None, None, None)
-            if self._stopped is None:
+            if step is not None and self._stopped is None:
                 self.settle(self._bounded(step))
         except Exception as exc:
             on_crash(self, exc)
