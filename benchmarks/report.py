@@ -261,13 +261,12 @@ def table(results: dict[str, Any]) -> str:
             f"  flatness, the two ends side by side (judged): L={flat['from_L']} -> L={flat['to_L']}, "
             f"server CPU per request: {cells}"
         )
-        if "build_cpu_ratio" in flat:
-            lines.append(
-                f"  (growing to L={flat['to_L']}, beside creating and cancelling {flat['from_L']}: "
-                f"x{flat['build_cpu_ratio']:.3f}, {flat['build_cpu_us']['low']:.1f} -> "
-                f"{flat['build_cpu_us']['high']:.1f} us per create, paired x{flat['build_paired']:.3f}; "
-                "not judged: each create adds for good, so the collector runs more often)"
-            )
+        lines.append(
+            f"  (growing to L={flat['to_L']}, beside creating and cancelling {flat['from_L']}: "
+            f"x{flat['build_cpu_ratio']:.3f}, {flat['build_cpu_us']['low']:.1f} -> "
+            f"{flat['build_cpu_us']['high']:.1f} us per create, paired x{flat['build_paired']:.3f}; "
+            "not judged: each create adds for good, so the collector runs more often)"
+        )
     ws = w.get("ws")
     if ws is not None:
         lines.append("")

@@ -39,6 +39,7 @@ import json
 import math
 import os
 import secrets
+import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -370,7 +371,7 @@ def trio_cancel_cost(live: int, rounds: int = 3, batch: int = 64) -> float:
 
     tune_gc()
     trio.run(measure)
-    return round(sorted(figures)[len(figures) // 2], 2)
+    return round(statistics.median(figures), 2)
 
 
 def main() -> None:

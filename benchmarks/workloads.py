@@ -531,15 +531,24 @@ def paired_flatness(sizes: Sizes, lo: int, hi: int, log: Callable[[str], None]) 
         def turn_order(turn: int) -> tuple[str, str]:
             return ("high", "low") if turn % 2 == 0 else ("low", "high")
 
+        def chunk_turns(op: str, high_step: Callable[[int], RunResult]) -> None:
+            """A turn per chunk of the high server's ``hi`` tasks: its timed step on the chunk
+            starting at that index, and a round trip of the low one timing ``op``."""
+            for turn, start in enumerate(range(0, hi, chunk)):
+                for end in turn_order(turn):
+                    if end == "high":
+                        timed[op]["high"].append(high_step(start))
+                    else:
+                        round_trip("low", op)
+
         high_ids: list[str] = []
-        for turn, start in enumerate(range(0, hi, chunk)):
-            for end in turn_order(turn):
-                if end == "high":
-                    run = high.run(create_sleep(min(chunk, hi - start), secs), w)
-                    high_ids += task_ids(run, "create")
-                    timed["build"]["high"].append(run)
-                else:
-                    round_trip("low", "build")
+
+        def grow(start: int) -> RunResult:
+            run = high.run(create_sleep(min(chunk, hi - start), secs), w)
+            high_ids.extend(task_ids(run, "create"))
+            return run
+
+        chunk_turns("build", grow)
         low_ids = task_ids(low.run(create_sleep(lo, secs), w), "create")
         for turn in range(max(1, sizes.cancel_min // lo)):
             for end in turn_order(turn):
@@ -557,14 +566,9 @@ def paired_flatness(sizes: Sizes, lo: int, hi: int, log: Callable[[str], None]) 
         for end in ends:
             timed["get"][end] = got[end]
         low.run(by_id("tasks/cancel", low_ids), w)
-        for turn, start in enumerate(range(0, hi, chunk)):
-            for end in turn_order(turn):
-                if end == "high":
-                    timed["cancel"]["high"].append(
-                        high.run(by_id("tasks/cancel", high_ids[start : start + chunk]), w)
-                    )
-                else:
-                    round_trip("low", "cancel")
+        chunk_turns(
+            "cancel", lambda start: high.run(by_id("tasks/cancel", high_ids[start : start + chunk]), w)
+        )
     finally:
         for srv in ends.values():
             srv.close()

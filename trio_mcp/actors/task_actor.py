@@ -67,6 +67,8 @@ def _left(scope: trio.CancelScope, exc: BaseException) -> bool:
 
 
 def _internal_error(exc: Exception) -> TaskOutcome:
+    """The outcome of an unexpected error of the work (built here, not in ``run_work``, whose
+    frame lives as long as the task and is sized by its deepest expression)."""
     return TaskOutcome.from_error(ErrorValue(INTERNAL_ERROR, f"Internal error: {exc}"))
 
 
