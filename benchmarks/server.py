@@ -17,7 +17,7 @@ line ``stats`` on stdin makes it print one JSON line on stdout: the sessions bei
 live task actors and the records in the task store (``-1`` if the store cannot count them).
 
 ``--store URL`` picks the task store (``memory``, the default; ``sqlite:///PATH``;
-``redis://HOST:PORT/DB``), through ``trio_mcp.actors.redis_store.store_from_url``.
+``redis://HOST:PORT/DB``), through ``trio_mcp.stores.redis.store_from_url``.
 ``--max-outbound-bytes`` and ``--write-timeout`` lower the endpoint's bounds on a peer that does
 not read (16 MiB and 30 s by default) so that the smoke run of the hardening workloads takes
 seconds; the full run measures the defaults.
@@ -49,8 +49,8 @@ import trio
 
 from trio_mcp import Server, TaskLimits
 from trio_mcp.actors import _endpoint
-from trio_mcp.actors.redis_store import store_from_url
 from trio_mcp.server import ServerRuntime, serve_http, serve_websocket, tune_gc
+from trio_mcp.stores import store_from_url
 from trio_mcp.transports.websocket import parse_host_port
 
 LONG_TTL_MS = 6 * 60 * 60 * 1000

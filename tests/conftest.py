@@ -52,8 +52,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="memory",
         help="the store every task supervisor keeps its records in when none is given: memory (the"
         " default store), json (tests/json_store.py: records kept only as JSON text), sqlite"
-        " (trio_mcp.actors.sqlite_store: each store a fresh SQLite file) or redis"
-        " (trio_mcp.actors.redis_store: each store a fresh key prefix on a test server, see"
+        " (trio_mcp.stores.sqlite: each store a fresh SQLite file) or redis"
+        " (trio_mcp.stores.redis: each store a fresh key prefix on a test server, see"
         " tests/redis_server.py)",
     )
 
@@ -90,9 +90,9 @@ _sqlite_files = itertools.count()
 
 
 def fresh_sqlite_store() -> Any:
-    """A :class:`~trio_mcp.actors.sqlite_store.SqliteTaskStore` on a new file (in a temporary
+    """A :class:`~trio_mcp.stores.sqlite.SqliteTaskStore` on a new file (in a temporary
     directory removed when the test process exits): a zero-argument store factory."""
-    from trio_mcp.actors.sqlite_store import SqliteTaskStore
+    from trio_mcp.stores.sqlite import SqliteTaskStore
 
     if not _sqlite_dir:
         _sqlite_dir.append(tempfile.mkdtemp(prefix="trio-mcp-sqlite-"))

@@ -1,4 +1,4 @@
-"""A second :class:`~trio_mcp.actors.store.TaskStore` that keeps every record only as JSON text.
+"""A second :class:`~trio_mcp.stores.base.TaskStore` that keeps every record only as JSON text.
 
 Each record is stored as ``json.dumps(record_to_json(record))`` and every read parses the text
 back with :func:`record_from_json`, so a record holding anything live (a cancel scope, a waiter,
@@ -24,8 +24,8 @@ import json
 
 import attrs
 
-from trio_mcp.actors.store import InvalidCursor
 from trio_mcp.protocol.records import TaskRecord, record_from_json, record_to_json
+from trio_mcp.stores import InvalidCursor
 
 __all__ = ["JsonTextTaskStore"]
 

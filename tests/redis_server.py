@@ -8,7 +8,7 @@ directory, without persistence.
 - :func:`shared_server`: the one server of this test process, started on first use and stopped
   when the process exits (every test that needs a server but does not stop it uses this one).
 - :func:`fresh_redis_store`: a zero-argument store factory: each call a
-  :class:`~trio_mcp.actors.redis_store.RedisTaskStore` on the shared server under a new key
+  :class:`~trio_mcp.stores.redis.RedisTaskStore` on the shared server under a new key
   prefix, so every store (every test) starts empty.
 
 Nothing here skips: CI runs these tests on a fresh machine, so a missing binary is a failure
@@ -219,8 +219,8 @@ def fresh_prefix() -> str:
 
 
 def fresh_redis_store(**options: Any) -> Any:
-    """A :class:`~trio_mcp.actors.redis_store.RedisTaskStore` on the shared server under a new
+    """A :class:`~trio_mcp.stores.redis.RedisTaskStore` on the shared server under a new
     key prefix: a zero-argument store factory."""
-    from trio_mcp.actors.redis_store import RedisTaskStore
+    from trio_mcp.stores.redis import RedisTaskStore
 
     return RedisTaskStore(shared_server().url, prefix=fresh_prefix(), **options)

@@ -9,8 +9,8 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from trio_mcp.actors.store import MemoryTaskStore, TaskEvent
 from trio_mcp.protocol.records import TaskRecord
+from trio_mcp.stores import MemoryTaskStore, TaskEvent
 
 
 class SharedRecords:

@@ -40,7 +40,6 @@ from hypothesis import strategies as st
 from trio_mcp.actors._receiver import Started
 from trio_mcp.actors._session import _ToolWork
 from trio_mcp.actors.runtime import Reply
-from trio_mcp.actors.store import MemoryTaskStore
 from trio_mcp.actors.supervisor import (
     NOT_FOUND,
     CreateTask,
@@ -72,6 +71,7 @@ from trio_mcp.protocol.records import (
 )
 from trio_mcp.protocol.tasks import TaskStatus, format_timestamp
 from trio_mcp.server import Context, Server
+from trio_mcp.stores import MemoryTaskStore
 
 json_values = st.recursive(
     st.none()

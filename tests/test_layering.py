@@ -2,6 +2,7 @@
 
 - ``protocol`` is sans-IO: no Trio (nor trio_websocket, outcome), and nothing above it;
 - ``transports`` move bytes: nothing from actors, server, client, cli or testing;
+- ``stores`` keep records: nothing of ours but the protocol;
 - ``actors`` run the protocol: nothing from server, client, cli or testing;
 - ``server`` and ``client`` build on actors, transports and protocol (and the client never on
   the server);
@@ -27,7 +28,7 @@ import pytest
 
 PACKAGE_DIR = pathlib.Path(__file__).resolve().parent.parent / "trio_mcp"
 ROOT = "trio_mcp"
-LAYERS = ("protocol", "transports", "actors", "server", "client", "cli", "testing")
+LAYERS = ("protocol", "transports", "stores", "actors", "server", "client", "cli", "testing")
 
 
 @attrs.frozen
@@ -117,14 +118,21 @@ def test_the_walk_sees_every_layer() -> None:
 
 
 def test_protocol_is_sans_io() -> None:
-    forbidden = {"", "actors", "transports", "server", "client", "cli", "testing"}
+    forbidden = {"", "actors", "transports", "stores", "server", "client", "cli", "testing"}
     found = _violations("protocol", forbidden, frozenset({"trio", "trio_websocket", "outcome"}))
     assert not found, "protocol must not import Trio or any layer above it:\n" + "\n".join(found)
 
 
 def test_transports_import_no_runtime_layer() -> None:
-    found = _violations("transports", {"", "actors", "server", "client", "cli", "testing"})
-    assert not found, "transports must not import actors, server, client, cli, testing:\n" + "\n".join(found)
+    found = _violations("transports", {"", "actors", "stores", "server", "client", "cli", "testing"})
+    assert not found, (
+        "transports must not import actors, stores, server, client, cli, testing:\n" + "\n".join(found)
+    )
+
+
+def test_stores_import_only_the_protocol() -> None:
+    found = _violations("stores", {"", *LAYERS} - {"stores", "protocol"})
+    assert not found, "stores may import only the protocol:\n" + "\n".join(found)
 
 
 def test_actors_import_no_server_client_cli_or_testing() -> None:
@@ -134,9 +142,9 @@ def test_actors_import_no_server_client_cli_or_testing() -> None:
 
 @pytest.mark.parametrize("layer", ["server", "client"])
 def test_server_and_client_build_only_on_actors_transports_protocol(layer: str) -> None:
-    allowed = {layer, "actors", "transports", "protocol"}
+    allowed = {layer, "actors", "stores", "transports", "protocol"}
     found = _violations(layer, {"", *LAYERS} - allowed)
-    assert not found, f"{layer} may import only actors, transports and protocol:\n" + "\n".join(found)
+    assert not found, f"{layer} may import only actors, stores, transports and protocol:\n" + "\n".join(found)
 
 
 def test_client_does_not_import_server() -> None:

@@ -22,18 +22,17 @@ import trio
 from redis_server import RedisServer, fresh_prefix, fresh_redis_store, shared_server
 
 from trio_mcp import McpError, Server
-from trio_mcp.actors.redis_store import (
+from trio_mcp.client import Client, connect
+from trio_mcp.protocol.records import TaskOutcome, TaskRecord, new_record
+from trio_mcp.protocol.tasks import TaskStatus
+from trio_mcp.stores import MemoryTaskStore, SharedTaskStore, TaskEvent, TaskStore, store_from_url
+from trio_mcp.stores.redis import (
     RedisReplyError,
     RedisTaskStore,
     RedisUnavailable,
     parse_redis_url,
-    store_from_url,
 )
-from trio_mcp.actors.sqlite_store import SqliteTaskStore, StoreClosed
-from trio_mcp.actors.store import MemoryTaskStore, SharedTaskStore, TaskEvent, TaskStore
-from trio_mcp.client import Client, connect
-from trio_mcp.protocol.records import TaskOutcome, TaskRecord, new_record
-from trio_mcp.protocol.tasks import TaskStatus
+from trio_mcp.stores.sqlite import SqliteTaskStore, StoreClosed
 from trio_mcp.transports.memory import memory_transport_pair
 
 

@@ -19,18 +19,16 @@ import trio
 
 import trio_mcp
 from trio_mcp import McpError, Server
-from trio_mcp.actors.sqlite_store import (
+from trio_mcp.protocol.errors import INTERNAL_ERROR, ErrorValue
+from trio_mcp.protocol.records import TaskOutcome, TaskRecord, new_record
+from trio_mcp.protocol.tasks import TaskStatus
+from trio_mcp.stores import InvalidCursor, MemoryTaskStore, parse_store_url, store_from_url
+from trio_mcp.stores.sqlite import (
     INTERRUPTED_MESSAGE,
     SCHEMA_VERSION,
     SqliteTaskStore,
     StoreClosed,
-    parse_store_url,
-    store_from_url,
 )
-from trio_mcp.actors.store import InvalidCursor, MemoryTaskStore
-from trio_mcp.protocol.errors import INTERNAL_ERROR, ErrorValue
-from trio_mcp.protocol.records import TaskOutcome, TaskRecord, new_record
-from trio_mcp.protocol.tasks import TaskStatus
 from trio_mcp.testing import open_harness
 
 
@@ -474,7 +472,7 @@ SERVER_SCRIPT = textwrap.dedent(
     import trio
 
     from trio_mcp import Server
-    from trio_mcp.actors.sqlite_store import SqliteTaskStore
+    from trio_mcp.stores.sqlite import SqliteTaskStore
     from trio_mcp.transports.stdio import open_stdio_transport
 
     PATH = sys.argv[1]

@@ -1,4 +1,4 @@
-"""Every TaskStore keeps the rules of ``trio_mcp/actors/store.py``'s docstring.
+"""Every TaskStore keeps the rules of ``trio_mcp/stores/base.py``'s docstring.
 
 Each test runs against the in-memory store, :class:`json_store.JsonTextTaskStore` (records
 kept only as JSON text), the SQLite store (a fresh file each) and the Redis store (a fresh key
@@ -19,10 +19,10 @@ from json_store import JsonTextTaskStore
 from redis_server import fresh_redis_store
 
 from trio_mcp import Server
-from trio_mcp.actors.store import InvalidCursor, MemoryTaskStore, TaskStore
 from trio_mcp.actors.supervisor import TaskSupervisor
 from trio_mcp.protocol.records import TaskOutcome, TaskRecord, new_record
 from trio_mcp.protocol.tasks import TaskStatus
+from trio_mcp.stores import InvalidCursor, MemoryTaskStore, TaskStore
 from trio_mcp.testing import open_harness
 
 STORES: dict[str, Callable[[], TaskStore]] = {

@@ -293,7 +293,7 @@ def in_process_store(monkeypatch: pytest.MonkeyPatch) -> None:
     """The memory store whatever ``--task-store`` says. A store on a real server (Redis)
     answers when the network delivers: how many scheduler batches a run takes while it waits,
     and so the seeded coin of each, is not the kit's to fix (see docs/testing.md)."""
-    from trio_mcp.actors.store import MemoryTaskStore
+    from trio_mcp.stores import MemoryTaskStore
 
     monkeypatch.setattr("trio_mcp.server._server.MemoryTaskStore", MemoryTaskStore)
     monkeypatch.setattr("trio_mcp.actors.supervisor.MemoryTaskStore", MemoryTaskStore)

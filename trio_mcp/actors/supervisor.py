@@ -16,7 +16,7 @@ the TTL timers and the per-owner limits.
   normally) is reported here; its task becomes ``failed`` with the error kept, and every
   waiter is answered with that error.
 
-Records and the live side. The store (:mod:`trio_mcp.actors.store`) holds records only. The
+Records and the live side. The store (:mod:`trio_mcp.stores.base`) holds records only. The
 live side — a running task's actor with its cancel scope and result waiters — is a registry
 here, in the process running the work. Every change of a record is written to the store in
 order, by this actor; an actor is forgotten once its final record is stored, and from then on
@@ -41,9 +41,10 @@ from ..protocol._frozen import slot_builder
 from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, TASK_LIMIT_REACHED, ErrorValue
 from ..protocol.records import TaskOutcome, TaskRecord, new_record
 from ..protocol.tasks import TERMINAL, TaskStatus
+from ..stores.base import InvalidCursor, SharedTaskStore, TaskEvent, TaskStore
+from ..stores.memory import MemoryTaskStore
 from ._expiries import Expiries
 from .runtime import Actor, Reply
-from .store import InvalidCursor, MemoryTaskStore, SharedTaskStore, TaskEvent, TaskStore
 from .task_actor import (
     CANCELLED,
     ActorHost,

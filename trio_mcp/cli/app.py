@@ -351,7 +351,7 @@ def serve(
       trio-mcp serve trio_mcp.cli.demo_server:server --ws 127.0.0.1:8765 --token s3cret
       trio-mcp serve examples/demo_server.py --http 127.0.0.1:8000 --store sqlite:///tasks.db
     """
-    from ..actors.redis_store import store_from_url
+    from ..stores import store_from_url
 
     try:
         store_factory = store_from_url(store)

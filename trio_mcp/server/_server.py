@@ -28,7 +28,6 @@ import attrs
 import trio
 
 from ..actors._session import SessionActor, ToolCall
-from ..actors.store import MemoryTaskStore, TaskStore
 from ..actors.supervisor import TaskLimits, TaskSupervisor
 from ..actors.trace import Tracer, no_trace
 from ..protocol._docstrings import without_parameter_sections
@@ -48,6 +47,8 @@ from ..protocol.messages import (
 )
 from ..protocol.request_state import StateCodec
 from ..protocol.schema import ArgumentError, ArgumentSpec, argument_spec, jsonable
+from ..stores.base import TaskStore
+from ..stores.memory import MemoryTaskStore
 from ..transports.base import Transport
 from ..transports.stdio import open_stdio_transport
 from ._context import Context, bind_lifespan, unbind_lifespan
@@ -659,7 +660,7 @@ class Server:
         :meth:`ServerRuntime.shutdown`) and return. Over WebSocket and HTTP the URL served is
         written to stderr once listening (``Serving NAME on URL``)."""
         if options.store is not None:
-            from ..actors.redis_store import store_from_url
+            from ..stores import store_from_url
 
             self.store_factory = store_from_url(options.store)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -731,7 +732,7 @@ def _address(text: str) -> tuple[str, int]:
 
 
 def _store_url(text: str) -> str:
-    from ..actors.redis_store import store_from_url
+    from ..stores import store_from_url
 
     store_from_url(text)  # ValueError names what is wrong
     return text

@@ -9,7 +9,7 @@ Work does not survive it: a task that was ``working`` or ``input_required`` when
 died can never finish, so a server calls :meth:`SqliteTaskStore.recover` once when it starts,
 before serving anyone, and those tasks become ``failed`` with :data:`INTERRUPTED_MESSAGE`.
 
-Guarantees, beyond the rules of :mod:`trio_mcp.actors.store` (the contract suite holds it to
+Guarantees, beyond the rules of :mod:`trio_mcp.stores.base` (the contract suite holds it to
 them):
 
 - **Off the Trio thread.** Every database call runs in a worker thread
@@ -48,7 +48,7 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 import outcome
 import trio
@@ -57,15 +57,14 @@ from ..protocol.cursors import encode_cursor, split_cursor
 from ..protocol.errors import INTERNAL_ERROR, ErrorValue
 from ..protocol.records import TaskOutcome, TaskRecord, record_from_text, record_to_text
 from ..protocol.tasks import TaskStatus
-from .store import InvalidCursor, MemoryTaskStore, TaskStore, store_key, text_digest
+from .base import InvalidCursor, store_key, text_digest
 
 __all__ = [
     "INTERRUPTED_MESSAGE",
     "SCHEMA_VERSION",
     "SqliteTaskStore",
     "StoreClosed",
-    "parse_store_url",
-    "store_from_url",
+    "StoreLocked",
 ]
 
 T = TypeVar("T")
@@ -97,6 +96,10 @@ CREATE UNIQUE INDEX IF NOT EXISTS tasks_by_owner ON tasks (owner, position);
 CREATE INDEX IF NOT EXISTS tasks_by_expiry ON tasks (expires_at);
 CREATE INDEX IF NOT EXISTS tasks_running ON tasks (status) WHERE status IN {_RUNNING!r};
 """
+
+
+class StoreLocked(Exception):
+    """Another process serves tasks from this SQLite file (it holds the file's lock)."""
 
 
 class StoreClosed(Exception):
@@ -426,44 +429,3 @@ class SqliteTaskStore:
         and diagnostics only (in a Trio task, ``await store.count()``)."""
         with self._lock:
             return int(self._connect().execute("SELECT count(*) FROM tasks").fetchone()[0])
-
-
-# ----------------------------------------------------------------------------- store URLs
-
-
-def parse_store_url(url: str) -> tuple[Literal["memory", "sqlite"], str | None]:
-    """The kind of store a ``--store`` URL names, and its path (None for memory).
-
-    - ``memory`` (or ``memory:``): the in-process :class:`~trio_mcp.actors.store.MemoryTaskStore`;
-    - ``sqlite:///PATH``: :class:`SqliteTaskStore` on PATH, everything after the third slash
-      (``sqlite:///tasks.db`` is relative, ``sqlite:////var/lib/tasks.db`` absolute).
-
-    Anything else raises ValueError.
-
-    >>> parse_store_url("sqlite:///tasks.db"), parse_store_url("sqlite:////var/tasks.db")
-    (('sqlite', 'tasks.db'), ('sqlite', '/var/tasks.db'))
-    >>> parse_store_url("memory")
-    ('memory', None)
-    """
-    if url in ("memory", "memory:"):
-        return "memory", None
-    prefix = "sqlite:///"
-    if url.startswith(prefix) and len(url) > len(prefix):
-        return "sqlite", url[len(prefix) :]
-    raise ValueError(f"unknown task store {url!r}: expected 'memory' or 'sqlite:///PATH'")
-
-
-def store_from_url(url: str, **options: Any) -> Callable[[], TaskStore]:
-    """A zero-argument store factory for ``Server(store=...)`` from a ``--store`` URL (see
-    :func:`parse_store_url`); ``options`` go to :class:`SqliteTaskStore`. ValueError if unknown.
-
-    >>> store_from_url("sqlite:///tasks.db")()
-    SqliteTaskStore('tasks.db')
-    """
-    kind, path = parse_store_url(url)
-    if kind == "memory":
-        if options:
-            raise ValueError(f"the memory store takes no options: {sorted(options)}")
-        return MemoryTaskStore
-    assert path is not None
-    return lambda: SqliteTaskStore(path, **options)

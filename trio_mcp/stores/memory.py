@@ -1,115 +1,17 @@
-"""Where task records live: the async :class:`TaskStore` interface and the in-memory store.
-
-A store keeps :class:`~trio_mcp.protocol.records.TaskRecord` values only — plain data, never a
-running task (the live side, cancel scopes and result waiters, stays in the supervisor of the
-process running the work). Every method is async so a store may do I/O (a file, a database, a
-server); the supervisor is the one caller in a process and awaits each call before handling the
-next message, so a store sees one operation at a time per process.
-
-Rules every store keeps (``tests/test_store_contract.py`` holds each store to them):
-
-- ``create`` adds a record whose id is new; ``get`` returns it, or None.
-- ``update`` is conditional: it replaces the stored record only if the stored ``version`` is
-  exactly one less than the new record's, and says whether it did (no record: False).
-- ``delete`` removes a record and returns it (None if absent).
-- ``page(owner, cursor, limit)`` lists one owner's records in creation order, ``limit`` at a
-  time, with an opaque cursor for the next page (None on the last). A cursor is valid only for
-  the owner it was made for and reveals nothing about other owners; an unknown one raises
-  :class:`InvalidCursor`. Records deleted between pages are skipped, never repeated.
-- ``due(now, limit)`` returns up to ``limit`` records whose ``expires_at`` is at or before
-  ``now``, earliest first (they stay until deleted).
-"""
+"""The default store: task records in this process's memory (:class:`MemoryTaskStore`)."""
 
 from __future__ import annotations
 
 import bisect
-import hashlib
 import heapq
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
 
 import attrs
 
 from ..protocol.cursors import encode_cursor, split_cursor
 from ..protocol.records import TaskRecord
+from .base import InvalidCursor, owner_tag, text_digest
 
-__all__ = [
-    "InvalidCursor",
-    "MemoryTaskStore",
-    "SharedTaskStore",
-    "TaskEvent",
-    "TaskStore",
-    "store_key",
-    "text_digest",
-]
-
-
-class InvalidCursor(Exception):
-    """A ``tasks/list`` cursor this store did not make for that owner."""
-
-
-@attrs.frozen
-class TaskEvent:
-    """A message between the server processes sharing a store (:class:`SharedTaskStore`).
-
-    ``changed``: the task's record was written (readers re-read it). ``cancel``: someone asked
-    for the task to be cancelled (the process running its work stops it). ``input``: answers to
-    the task's input requests (``responses``, by key) for the process running its work.
-    ``origin`` names the process that published it.
-    """
-
-    kind: str
-    task_id: str
-    origin: str
-    responses: dict[str, Any] | None = None
-
-
-class TaskStore(Protocol):
-    """The interface the supervisor keeps task records through (see the module docstring)."""
-
-    async def create(self, record: TaskRecord) -> None: ...
-    async def get(self, task_id: str) -> TaskRecord | None: ...
-    async def update(self, record: TaskRecord) -> bool: ...
-    async def delete(self, task_id: str) -> TaskRecord | None: ...
-    async def page(
-        self, owner: str, cursor: str | None, limit: int
-    ) -> tuple[list[TaskRecord], str | None]: ...
-    async def due(self, now: float, limit: int) -> list[TaskRecord]: ...
-
-
-def store_key(text: str) -> bytes:
-    """A str as a storage key: every str, lone surrogates too (ids may come off the wire)."""
-    return text.encode("utf-8", "surrogatepass")
-
-
-def text_digest(text: str, size: int) -> str:
-    """The first ``size`` hex digits of the SHA-256 of ``text`` (cursor tags, epochs)."""
-    return hashlib.sha256(store_key(text)).hexdigest()[:size]
-
-
-def _owner_tag(owner: str) -> str:
-    return text_digest(owner, 16)
-
-
-class SharedTaskStore(TaskStore, Protocol):
-    """A store several server processes share (Redis): beside the records, a channel of
-    :class:`TaskEvent` between them, and leases on running tasks.
-
-    - ``publish`` reaches every process subscribed through ``events`` (itself included; a
-      process ignores its own ``origin``). Delivery is at most once and in order per publisher;
-      a process that misses an event still converges, because readers re-read records.
-    - ``hold(task_ids, origin, until)`` says that process ``origin`` runs these tasks and will
-      renew before ``until`` (wall-clock seconds); ``release(task_ids)`` drops the lease of tasks
-      that ended. ``lapsed(now, limit)`` returns non-terminal records whose lease ran out (their
-      process is gone): the supervisor fails them.
-    """
-
-    async def publish(self, event: TaskEvent) -> None: ...
-    def events(self) -> AbstractAsyncContextManager[AsyncIterator[TaskEvent]]: ...
-    async def hold(self, task_ids: Sequence[str], origin: str, until: float) -> None: ...
-    async def release(self, task_ids: Sequence[str]) -> None: ...
-    async def lapsed(self, now: float, limit: int) -> list[TaskRecord]: ...
+__all__ = ["MemoryTaskStore"]
 
 
 @attrs.define(eq=False)
@@ -182,7 +84,7 @@ class MemoryTaskStore:
         owner = record.owner
         index = self._by_owner.get(owner)
         if index is None:
-            index = self._by_owner[owner] = _OwnerIndex(_owner_tag(owner), text_digest(task_id, 8))
+            index = self._by_owner[owner] = _OwnerIndex(owner_tag(owner), text_digest(task_id, 8))
         index.add(task_id)
         rows[task_id] = record
         if self._expiries is not None:
@@ -235,7 +137,7 @@ class MemoryTaskStore:
                 kind, after = split_cursor(cursor)
             except ValueError:
                 raise InvalidCursor(cursor) from None
-            prefix = f"task.{_owner_tag(owner)}."
+            prefix = f"task.{owner_tag(owner)}."
             if not kind.startswith(prefix) or after < 1:
                 raise InvalidCursor(cursor)  # not one we made for this owner
             if index is None:

@@ -3,10 +3,10 @@
 >>> # server = Server("tools", store=lambda: RedisTaskStore("redis://127.0.0.1:6379/0"))
 >>> # server = Server("tools", store=store_from_url("redis://127.0.0.1:6379/0"))
 
-:class:`RedisTaskStore` is a :class:`~trio_mcp.actors.store.TaskStore` and a
-:class:`~trio_mcp.actors.store.SharedTaskStore`: every process on the same server and key
+:class:`RedisTaskStore` is a :class:`~trio_mcp.stores.base.TaskStore` and a
+:class:`~trio_mcp.stores.base.SharedTaskStore`: every process on the same server and key
 prefix sees the same records, talks to the others through a pub/sub channel of
-:class:`~trio_mcp.actors.store.TaskEvent`, and holds leases on the tasks it runs, so that the
+:class:`~trio_mcp.stores.base.TaskEvent`, and holds leases on the tasks it runs, so that the
 others can fail those tasks when it dies (:meth:`~RedisTaskStore.lapsed`). It has no
 ``recover``: a process starting does not fail the running tasks of the others.
 
@@ -25,13 +25,13 @@ the failed request with -32603 and keeps serving). An operation cut short (a tim
 connection, a cancelled caller) may or may not have happened on the server — entirely or not at
 all. An error the server answers (out of memory, a wrong type under a key) raises
 :class:`RedisReplyError`. Calls after :meth:`~RedisTaskStore.aclose` raise
-:class:`~trio_mcp.actors.sqlite_store.StoreClosed`.
+:class:`~trio_mcp.stores.sqlite.StoreClosed`.
 
 On a :class:`trio.testing.MockClock` (the testing kit's) a call waits for the server in place,
 with a blocking socket, instead of in Trio: an autojumping clock would otherwise jump to the
 next deadline — the operation's own timeout first — whenever a call waits for the network. A
 call then takes no mock time and lets no other task run, as with the memory store (the same
-rule as :class:`~trio_mcp.actors.sqlite_store.SqliteTaskStore`).
+rule as :class:`~trio_mcp.stores.sqlite.SqliteTaskStore`).
 
 Keys, under ``prefix`` (default ``trio-mcp:``; one prefix is one shared store):
 
@@ -45,7 +45,7 @@ Keys, under ``prefix`` (default ``trio-mcp:``; one prefix is one shared store):
   long as the owner's longest-lived record;
 - ``expiry`` (task id by ``expires_at``: ``due``), ``leases`` (task id by lease end: ``lapsed``)
   and ``origins`` (task id to the process holding its lease);
-- the channel ``events``: each :class:`~trio_mcp.actors.store.TaskEvent` as JSON.
+- the channel ``events``: each :class:`~trio_mcp.stores.base.TaskEvent` as JSON.
 
 Index entries of records that vanished by TTL are dropped by the next operation that meets
 them. One Redis server (or primary): the scripts name keys they compute, so Redis Cluster is
@@ -63,7 +63,7 @@ import select
 import socket
 import types
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -73,9 +73,8 @@ import trio
 from ..protocol.cursors import encode_cursor, split_cursor
 from ..protocol.records import TaskRecord, record_from_text, record_to_text
 from ..protocol.tasks import TERMINAL
-from .sqlite_store import StoreClosed
-from .sqlite_store import store_from_url as _local_store_from_url
-from .store import InvalidCursor, TaskEvent, TaskStore, store_key, text_digest
+from .base import InvalidCursor, TaskEvent, store_key, text_digest
+from .sqlite import StoreClosed
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -86,7 +85,6 @@ __all__ = [
     "RedisTaskStore",
     "RedisUnavailable",
     "parse_redis_url",
-    "store_from_url",
 ]
 
 log = logging.getLogger("trio_mcp.actors")
@@ -1016,23 +1014,3 @@ def _event_of(message: Any) -> TaskEvent | None:
 
 
 # ----------------------------------------------------------------------------- store URLs
-
-
-def store_from_url(url: str, **options: Any) -> Callable[[], TaskStore]:
-    """A zero-argument store factory from a ``--store`` URL: ``redis://HOST[:PORT][/DB]`` makes
-    :class:`RedisTaskStore` (``options``: its keyword arguments, e.g. ``prefix``); ``memory`` and
-    ``sqlite:///PATH`` are :func:`trio_mcp.actors.sqlite_store.store_from_url`'s. ValueError if
-    unknown.
-
-    >>> store_from_url("redis://127.0.0.1:6379/0", prefix="app:")()
-    RedisTaskStore('redis://127.0.0.1:6379/0', prefix='app:')
-    """
-    if url.startswith(("redis:", "rediss:")):
-        RedisTaskStore(url, **options)  # refuse a bad URL or option now, not at the first call
-        return lambda: RedisTaskStore(url, **options)
-    try:
-        return _local_store_from_url(url, **options)
-    except ValueError:
-        raise ValueError(
-            f"unknown task store {url!r}: expected 'memory', 'sqlite:///PATH' or 'redis://HOST[:PORT][/DB]'"
-        ) from None

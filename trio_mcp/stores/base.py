@@ -1,0 +1,140 @@
+"""Where task records live: the async :class:`TaskStore` interface and the abilities a store
+may add to it (:class:`ImmediateTaskStore`, :class:`DurableTaskStore`, :class:`SharedTaskStore`).
+
+A store keeps :class:`~trio_mcp.protocol.records.TaskRecord` values only — plain data, never a
+running task (the live side, cancel scopes and result waiters, stays in the supervisor of the
+process running the work). Every method is async so a store may do I/O (a file, a database, a
+server). In a process the runtime's store writer (:mod:`trio_mcp.actors._writer`) makes every
+write and the task table every read: one task's writes reach the store in order, different
+tasks' concurrently. A store's abilities are declared by the protocols it implements and read
+once, when the runtime is built (never per call).
+
+Rules every store keeps (``tests/test_store_contract.py`` holds each store to them):
+
+- ``create`` adds a record whose id is new; ``get`` returns it, or None.
+- ``update`` is conditional: it replaces the stored record only if the stored ``version`` is
+  exactly one less than the new record's, and says whether it did (no record: False).
+- ``delete`` removes a record and returns it (None if absent).
+- ``page(owner, cursor, limit)`` lists one owner's records in creation order, ``limit`` at a
+  time, with an opaque cursor for the next page (None on the last). A cursor is valid only for
+  the owner it was made for and reveals nothing about other owners; an unknown one raises
+  :class:`InvalidCursor`. Records deleted between pages are skipped, never repeated.
+- ``due(now, limit)`` returns up to ``limit`` records whose ``expires_at`` is at or before
+  ``now``, earliest first (they stay until deleted).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from ..protocol.records import TaskRecord
+
+__all__ = [
+    "DurableTaskStore",
+    "ImmediateTaskStore",
+    "InvalidCursor",
+    "SharedTaskStore",
+    "TaskEvent",
+    "TaskStore",
+    "owner_tag",
+    "store_key",
+    "text_digest",
+]
+
+
+class InvalidCursor(Exception):
+    """A ``tasks/list`` cursor this store did not make for that owner."""
+
+
+@attrs.frozen
+class TaskEvent:
+    """A message between the server processes sharing a store (:class:`SharedTaskStore`).
+
+    ``changed``: the task's record was written (readers re-read it). ``cancel``: someone asked
+    for the task to be cancelled (the process running its work stops it). ``input``: answers to
+    the task's input requests (``responses``, by key) for the process running its work.
+    ``origin`` names the process that published it.
+    """
+
+    kind: str
+    task_id: str
+    origin: str
+    responses: dict[str, Any] | None = None
+
+
+@runtime_checkable
+class TaskStore(Protocol):
+    """The interface the supervisor keeps task records through (see the module docstring)."""
+
+    async def create(self, record: TaskRecord) -> None: ...
+    async def get(self, task_id: str) -> TaskRecord | None: ...
+    async def update(self, record: TaskRecord) -> bool: ...
+    async def delete(self, task_id: str) -> TaskRecord | None: ...
+    async def page(
+        self, owner: str, cursor: str | None, limit: int
+    ) -> tuple[list[TaskRecord], str | None]: ...
+    async def due(self, now: float, limit: int) -> list[TaskRecord]: ...
+
+
+def store_key(text: str) -> bytes:
+    """A str as a storage key: every str, lone surrogates too (ids may come off the wire)."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def text_digest(text: str, size: int) -> str:
+    """The first ``size`` hex digits of the SHA-256 of ``text`` (cursor tags, epochs)."""
+    return hashlib.sha256(store_key(text)).hexdigest()[:size]
+
+
+def owner_tag(owner: str) -> str:
+    """The digest of an owner that its cursors carry."""
+    return text_digest(owner, 16)
+
+
+@runtime_checkable
+class ImmediateTaskStore(TaskStore, Protocol):
+    """A store whose every operation is done without waiting (the memory store): beside the
+    async methods, the same operations as plain calls, which the runtime makes in place. They
+    never fail but on a caller's bug (``create_now`` of an id that exists)."""
+
+    def create_now(self, record: TaskRecord) -> None: ...
+    def peek(self, task_id: str) -> TaskRecord | None: ...
+    def update_now(self, record: TaskRecord) -> bool: ...
+    def delete_now(self, task_id: str) -> TaskRecord | None: ...
+
+
+@runtime_checkable
+class DurableTaskStore(TaskStore, Protocol):
+    """A store whose records outlive the process (an SQLite file), served by one process at a
+    time: it holds the store for itself while open, so any record it finds not ended was left
+    by a process that is gone. ``unfinished(limit)`` lists up to ``limit`` such records
+    (``working`` or ``input_required``), oldest first: the runtime decides what becomes of them
+    (it fails them: their work cannot be resumed)."""
+
+    async def unfinished(self, limit: int) -> list[TaskRecord]: ...
+
+
+@runtime_checkable
+class SharedTaskStore(TaskStore, Protocol):
+    """A store several server processes share (Redis): beside the records, a channel of
+    :class:`TaskEvent` between them, and leases on running tasks.
+
+    - ``publish`` reaches every process subscribed through ``events`` (itself included; a
+      process ignores its own ``origin``). Delivery is at most once and in order per publisher;
+      a process that misses an event still converges, because readers re-read records.
+    - ``hold(task_ids, origin, until)`` says that process ``origin`` runs these tasks and will
+      renew before ``until`` (wall-clock seconds); ``release(task_ids)`` drops the lease of tasks
+      that ended. ``lapsed(now, limit)`` returns non-terminal records whose lease ran out (their
+      process is gone): the supervisor fails them.
+    """
+
+    async def publish(self, event: TaskEvent) -> None: ...
+    def events(self) -> AbstractAsyncContextManager[AsyncIterator[TaskEvent]]: ...
+    async def hold(self, task_ids: Sequence[str], origin: str, until: float) -> None: ...
+    async def release(self, task_ids: Sequence[str]) -> None: ...
+    async def lapsed(self, now: float, limit: int) -> list[TaskRecord]: ...
