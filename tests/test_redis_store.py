@@ -212,6 +212,7 @@ async def test_events_resubscribe_after_the_server_comes_back(private_server: Re
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(publish_until_heard)
+                assert await anext(events) == TaskEvent("resync", "", "")  # subscribed again
                 assert await anext(events) == TaskEvent("changed", "t1", "me")
                 nursery.cancel_scope.cancel()
     await store.aclose()
@@ -232,6 +233,7 @@ async def test_a_silent_events_connection_counts_as_lost_and_is_replaced(
             finally:
                 os.kill(pid, signal.SIGCONT)
             assert "task events connection lost (no answer to a ping within 0.1 s)" in caplog.text
+            assert await anext(events) == TaskEvent("resync", "", "")  # subscribed again
             while True:  # (published before it subscribed again, an event is missed)
                 await store.publish(TaskEvent("changed", "t1", "me"))
                 with trio.move_on_after(0.1):

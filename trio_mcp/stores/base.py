@@ -59,6 +59,11 @@ class TaskEvent:
     for the task to be cancelled (the process running its work stops it). ``input``: answers to
     the task's input requests (``responses``, by key) for the process running its work.
     ``origin`` names the process that published it.
+
+    ``resync`` (``task_id`` and ``origin`` both ``""``) is never published: a store's ``events``
+    iterator yields it after it subscribed again, once its subscription was lost (not on the
+    first subscription). Events published meanwhile were missed, so the reader re-reads every
+    record it waits for.
     """
 
     kind: str
@@ -128,13 +133,16 @@ class SharedTaskStore(TaskStore, Protocol):
       process ignores its own ``origin``). Delivery is at most once and in order per publisher;
       a process that misses an event still converges, because readers re-read records.
     - ``hold(task_ids, origin, until)`` says that process ``origin`` runs these tasks and will
-      renew before ``until`` (wall-clock seconds); ``release(task_ids)`` drops the lease of tasks
-      that ended. ``lapsed(now, limit)`` returns non-terminal records whose lease ran out (their
-      process is gone): the supervisor fails them.
+      renew before ``until`` (wall-clock seconds). It returns those of ``task_ids`` whose
+      stored record is terminal or gone — ended elsewhere (cancelled through another process,
+      failed by a lease sweep) or expired — in the order given, checked in the same atomic step
+      that leases the others (they get no lease): the runner stops them. ``release(task_ids)``
+      drops the lease of tasks that ended. ``lapsed(now, limit)`` returns non-terminal records
+      whose lease ran out (their process is gone): the supervisor fails them.
     """
 
     async def publish(self, event: TaskEvent) -> None: ...
     def events(self) -> AbstractAsyncContextManager[AsyncIterator[TaskEvent]]: ...
-    async def hold(self, task_ids: Sequence[str], origin: str, until: float) -> None: ...
+    async def hold(self, task_ids: Sequence[str], origin: str, until: float) -> list[str]: ...
     async def release(self, task_ids: Sequence[str]) -> None: ...
     async def lapsed(self, now: float, limit: int) -> list[TaskRecord]: ...

@@ -10,22 +10,29 @@ prefix sees the same records, talks to the others through a pub/sub channel of
 others can fail those tasks when it dies (:meth:`~RedisTaskStore.lapsed`). It has no
 ``recover``: a process starting does not fail the running tasks of the others.
 
-The client is this module's own: RESP2 over one TCP connection (:func:`trio.open_tcp_stream`),
-each operation one Lua script (``EVALSHA``), so each is atomic on the server — nothing is
-ever half-written, whatever happens to the connection. No asyncio and no background task: the
-store is a plain object, so ``RedisTaskStore(url)`` is a cheap constructor (the connection is
-made by the first call, in whatever task makes it) — a zero-argument factory fit for
-``Server(store=...)`` — and :meth:`~RedisTaskStore.aclose` closes it from any task.
+The client is this module's own: RESP2 over a few TCP connections (:func:`trio.open_tcp_stream`;
+up to ``connections``, default 4, made as concurrent calls need them, one call on each at a
+time) and one more for the events, each operation one Lua script (``EVALSHA``), so each is
+atomic on the server — nothing is ever half-written, whatever happens to the connection. No
+asyncio and no background task: the store is a plain object, so ``RedisTaskStore(url)`` is a
+cheap constructor (connections are made by the calls, in whatever task makes them) — a
+zero-argument factory fit for ``Server(store=...)`` — and :meth:`~RedisTaskStore.aclose`
+closes them from any task.
 
-Failures. A server that cannot be reached, or that does not answer within the timeouts
-(``connect_timeout``, default 2 s, to connect; ``timeout``, default 5 s, for an operation),
-makes the operation raise :class:`RedisUnavailable` promptly; the connection is dropped and the
-next call connects again, so calls work as soon as the server is back (the supervisor answers
-the failed request with -32603 and keeps serving). An operation cut short (a timeout, a lost
-connection, a cancelled caller) may or may not have happened on the server — entirely or not at
-all. An error the server answers (out of memory, a wrong type under a key) raises
-:class:`RedisReplyError`. Calls after :meth:`~RedisTaskStore.aclose` raise
-:class:`~trio_mcp.stores.sqlite.StoreClosed`.
+Failures. Every operation has a deadline: ``timeout`` (default 5 s) after it is called, waiting
+for a free connection and connecting included (connecting alone is bounded by
+``connect_timeout`` too, default 2 s). A server that cannot be reached, or that does not answer
+by then — frozen, however many calls wait before this one — makes the operation raise
+:class:`RedisUnavailable` (at once if the connection is refused); the connection it used is
+closed (its replies may yet come) and the next call connects again, so calls work as soon as
+the server is back (the supervisor answers the failed request with -32603 and keeps serving);
+a server still loading its data after a restart (a ``LOADING`` answer) is not back yet.
+An operation cut short (a timeout, a lost connection, a cancelled caller) may or may not have
+happened on the server — entirely or not at all. An error the server answers (out of memory, a
+wrong type under a key) raises :class:`RedisReplyError`. Calls after
+:meth:`~RedisTaskStore.aclose` raise :class:`~trio_mcp.stores.sqlite.StoreClosed`. The events
+connection has its own rules (:meth:`~RedisTaskStore.events`): it resubscribes by itself, and
+says so with a ``resync`` event.
 
 On a :class:`trio.testing.MockClock` (the testing kit's) a call waits for the server in place,
 with a blocking socket, instead of in Trio: an autojumping clock would otherwise jump to the
@@ -266,6 +273,24 @@ def _idle_but_readable(fileno: int) -> bool:
         return True
 
 
+def _not_ready(replies: Sequence[Any]) -> RedisReplyError | None:
+    """The ``LOADING`` error among ``replies``, if any: the server is (re)starting and still
+    reading its data — not ready, rather than refusing the command."""
+    for reply in replies:
+        if isinstance(reply, RedisReplyError) and str(reply).startswith("LOADING"):
+            return reply
+    return None
+
+
+def _check_handshake(replies: Sequence[Any]) -> None:
+    loading = _not_ready(replies)
+    if loading is not None:
+        raise RedisUnavailable(f"the server is not ready ({loading})")
+    for reply in replies:
+        if isinstance(reply, RedisReplyError):
+            raise reply
+
+
 class _AsyncConnection:
     """One connection read and written in Trio."""
 
@@ -279,9 +304,7 @@ class _AsyncConnection:
         connection = cls(stream)
         try:
             stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            for reply in await connection.call(address.handshake()):
-                if isinstance(reply, RedisReplyError):
-                    raise reply
+            _check_handshake(await connection.call(address.handshake()))
         except BaseException:
             connection.close()
             raise
@@ -326,9 +349,7 @@ class _BlockingConnection:
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            for reply in connection.call(address.handshake()):
-                if isinstance(reply, RedisReplyError):
-                    raise reply
+            _check_handshake(connection.call(address.handshake()))
             sock.settimeout(timeout)
         except BaseException:
             connection.close()
@@ -503,15 +524,24 @@ end
 return out
 """
 
-# ARGV: P, origin, until, id...
-_HOLD = """
+# ARGV: P, origin, until, id... -> {n, ...}: the positions (from 1) of the ids whose record is
+# terminal or gone; those get no lease (and lose any they had), the others are leased
+_HOLD = f"""
+local terminal = {_TERMINAL_LUA}
+local over = {{}}
 for i = 4, #ARGV do
-  if redis.call('EXISTS', P .. 'task:' .. ARGV[i]) == 1 then
-    redis.call('ZADD', P .. 'leases', ARGV[3], ARGV[i])
-    redis.call('HSET', P .. 'origins', ARGV[i], ARGV[2])
+  local id = ARGV[i]
+  local status = redis.call('HGET', P .. 'task:' .. id, 's')
+  if status and not terminal[status] then
+    redis.call('ZADD', P .. 'leases', ARGV[3], id)
+    redis.call('HSET', P .. 'origins', id, ARGV[2])
+  else
+    over[#over + 1] = i - 3
+    redis.call('ZREM', P .. 'leases', id)
+    redis.call('HDEL', P .. 'origins', id)
   end
 end
-return 1
+return over
 """
 
 # ARGV: P, id...
@@ -569,11 +599,14 @@ class RedisTaskStore:
     """Task records in Redis, shared by every process using the same server and ``prefix``
     (see the module docstring).
 
-    ``RedisTaskStore(url)`` does no I/O; the first call connects. ``connect_timeout`` bounds
-    connecting (seconds), ``timeout`` each operation; past either the call raises
-    :class:`RedisUnavailable`. ``expiry_margin``: seconds a record stays in Redis after its
-    expiry (the supervisors delete expired records themselves; the TTL is for those whose
-    process died). ``heartbeat``: seconds of silence after which the :meth:`events`
+    ``RedisTaskStore(url)`` does no I/O; the first call connects. ``timeout`` (seconds) is each
+    operation's deadline, counted from the moment it is called: waiting for a free connection,
+    connecting and the server's answer all fit in it, however many calls wait before it; past
+    it the call raises :class:`RedisUnavailable`. ``connect_timeout`` bounds connecting on its
+    own as well. Operations share up to ``connections`` connections (made on demand), so one
+    slow call does not hold up the others. ``expiry_margin``: seconds a record stays in Redis
+    after its expiry (the supervisors delete expired records themselves; the TTL is for those
+    whose process died). ``heartbeat``: seconds of silence after which the :meth:`events`
     connection is pinged; with no answer by the next one it counts as lost.
     """
 
@@ -586,21 +619,29 @@ class RedisTaskStore:
         timeout: float = 5.0,
         expiry_margin: float = 60.0,
         heartbeat: float = 15.0,
+        connections: int = 4,
     ) -> None:
         if not prefix:
             raise ValueError("the key prefix must not be empty")
         if min(connect_timeout, timeout, heartbeat) <= 0 or expiry_margin < 0:
             raise ValueError("timeouts must be positive and the expiry margin not negative")
+        if isinstance(connections, bool) or not isinstance(connections, int) or connections < 1:
+            raise ValueError("connections must be a positive int")
         self.address = parse_redis_url(url)
         self.prefix = prefix
         self.connect_timeout = connect_timeout
         self.timeout = timeout
         self.expiry_margin = expiry_margin
         self.heartbeat = heartbeat
+        self.connections = connections
         self._prefix = store_key(prefix)
-        self._connection: _AsyncConnection | None = None
+        self._slots = trio.Semaphore(connections)
+        """One slot per connection a call may use: a call holds one from before it takes a
+        connection until it gives it back (so there are never more than ``connections``)."""
+        self._idle: list[_AsyncConnection] = []
+        self._open: set[_AsyncConnection] = set()
+        """Every connection not closed yet: the idle ones and those in a call."""
         self._blocking: _BlockingConnection | None = None
-        self._lock = trio.Lock()
         self._closed = False
 
     def __repr__(self) -> str:
@@ -613,9 +654,14 @@ class RedisTaskStore:
 
     # -- connections ----------------------------------------------------------------------
     async def aclose(self) -> None:
-        """Close the connection. Later calls raise :class:`StoreClosed`; closing again does nothing."""
+        """Close the connections (calls under way on them fail). Later calls raise
+        :class:`StoreClosed`; closing again does nothing."""
         self._closed = True
-        self._drop()
+        for connection in list(self._open):
+            connection.close()
+        self._open.clear()
+        self._idle.clear()
+        self._drop_blocking()
 
     async def __aenter__(self) -> RedisTaskStore:
         await self.ping()
@@ -629,55 +675,83 @@ class RedisTaskStore:
     ) -> None:
         await self.aclose()
 
-    def _drop(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+    def _discard(self, connection: _AsyncConnection) -> None:
+        connection.close()
+        self._open.discard(connection)
+
+    def _drop_blocking(self) -> None:
         if self._blocking is not None:
             self._blocking.close()
             self._blocking = None
 
-    async def _call(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    async def _call(self, commands: Sequence[Sequence[Any]], deadline: float | None = None) -> list[Any]:
         """Send ``commands`` (pipelined) and return their replies; :class:`RedisUnavailable` if
-        the server cannot be reached or does not answer in time."""
+        the server cannot be reached or has not answered by ``deadline`` (Trio time; default
+        ``timeout`` from now), whatever the call had to wait for first."""
         if self._closed:
             raise StoreClosed(f"{self!r} is closed")
         if _on_mock_clock():
             return self._call_blocking(commands)
-        async with self._lock:
-            return await self._call_in_trio(commands)
+        if deadline is None:
+            deadline = trio.current_time() + self.timeout
+        with trio.move_on_at(deadline):
+            async with self._slots:
+                return await self._call_in_trio(commands)
+        raise _unavailable(self.address, f"no answer within {self.timeout} s")
+
+    async def _take(self) -> _AsyncConnection:
+        """An idle connection (closing those the server closed meanwhile), or a new one."""
+        while self._idle:
+            idle = self._idle.pop()
+            if not idle.stale():
+                return idle
+            self._discard(idle)  # the server closed it while idle (restarted?)
+        connection: _AsyncConnection | None = None
+        with trio.move_on_after(self.connect_timeout):
+            connection = await _AsyncConnection.open(self.address)
+        if connection is None:
+            raise RedisUnavailable(f"could not connect within {self.connect_timeout} s")
+        if self._closed:  # closed while this one was being made
+            connection.close()
+            raise StoreClosed(f"{self!r} is closed")
+        self._open.add(connection)
+        return connection
 
     async def _call_in_trio(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """The call, holding a slot: on a connection of its own until it is answered. One that
+        fails or is cut short (a timeout, a cancelled caller) is closed, never used again: its
+        replies may yet come."""
         if self._closed:
             raise StoreClosed(f"{self!r} is closed")
-        connection = self._connection
-        if connection is not None and connection.stale():
-            connection.close()  # the server closed it while idle (restarted?): connect again
-            connection = self._connection = None
+        connection: _AsyncConnection | None = None
         try:
-            if connection is None:
-                with trio.move_on_after(self.connect_timeout):
-                    connection = await _AsyncConnection.open(self.address)
-                if connection is None:
-                    raise _unavailable(self.address, f"could not connect within {self.connect_timeout} s")
-                self._connection = connection
-            with trio.move_on_after(self.timeout):
-                return await connection.call(commands)
-            raise _unavailable(self.address, f"no answer within {self.timeout} s")
-        except RedisReplyError:
-            self._drop()  # the handshake was refused (AUTH, SELECT)
-            raise
-        except RedisUnavailable:
-            self._drop()
-            raise
+            connection = await self._take()
+            replies = await connection.call(commands)
+        except (RedisReplyError, StoreClosed):
+            if connection is not None:
+                self._discard(connection)
+            raise  # (a reply error raised here refused the handshake: AUTH, SELECT)
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, RedisError) as exc:
-            self._drop()
+            if connection is not None:
+                self._discard(connection)
             if self._closed:
                 raise StoreClosed(f"{self!r} is closed") from exc
             raise _unavailable(self.address, str(exc) or type(exc).__name__) from exc
         except BaseException:
-            self._drop()  # cancelled mid-call: the connection is in an unknown state
+            if connection is not None:
+                self._discard(connection)  # cut short: the connection is in an unknown state
             raise
+        if self._closed:
+            connection.close()
+        else:
+            self._idle.append(connection)
+        self._check_ready(replies)
+        return replies
+
+    def _check_ready(self, replies: Sequence[Any]) -> None:
+        loading = _not_ready(replies)
+        if loading is not None:
+            raise _unavailable(self.address, f"the server is not ready ({loading})")
 
     def _call_blocking(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         connection = self._blocking
@@ -688,25 +762,28 @@ class RedisTaskStore:
             if connection is None:
                 connection = _BlockingConnection.open(self.address, self.connect_timeout, self.timeout)
                 self._blocking = connection
-            return connection.call(commands)
+            replies = connection.call(commands)
         except RedisReplyError:
-            self._drop()
+            self._drop_blocking()
             raise
         except RedisUnavailable:
-            self._drop()
+            self._drop_blocking()
             raise
         except TimeoutError as exc:
-            self._drop()
+            self._drop_blocking()
             raise _unavailable(self.address, f"no answer within the timeout ({exc})") from exc
         except (OSError, RedisError) as exc:
-            self._drop()
+            self._drop_blocking()
             raise _unavailable(self.address, str(exc) or type(exc).__name__) from exc
+        self._check_ready(replies)
+        return replies
 
     async def _run(self, script: _Script, *args: bytes | str | int | float) -> Any:
         """Run one of the store's scripts (loading it into the server if it does not have it)."""
-        (reply,) = await self._call([("EVALSHA", script.sha, 0, self._prefix, *args)])
+        deadline = None if _on_mock_clock() else trio.current_time() + self.timeout
+        (reply,) = await self._call([("EVALSHA", script.sha, 0, self._prefix, *args)], deadline)
         if isinstance(reply, RedisReplyError) and str(reply).startswith("NOSCRIPT"):
-            (reply,) = await self._call([("EVAL", script.text, 0, self._prefix, *args)])
+            (reply,) = await self._call([("EVAL", script.text, 0, self._prefix, *args)], deadline)
         if isinstance(reply, RedisReplyError):
             raise reply
         return reply
@@ -818,8 +895,10 @@ class RedisTaskStore:
         Entering subscribes at once if the server answers; if it does not (or later, when the
         connection breaks, or stays silent to a ping for ``heartbeat`` seconds), the iterator
         keeps trying to subscribe again, and logs the outage — events published meanwhile are
-        missed (delivery is at most once). It never ends by itself; leaving the block closes
-        the connection.
+        missed (delivery is at most once). Once subscribed again after a lost subscription, it
+        yields a ``resync`` event (task id and origin ``""``) before any other: the reader
+        re-reads whatever it waits for. It never ends by itself; leaving the block closes the
+        connection.
         """
         if self._closed:
             raise StoreClosed(f"{self!r} is closed")
@@ -830,11 +909,16 @@ class RedisTaskStore:
         finally:
             stream.close()
 
-    async def hold(self, task_ids: Sequence[str], origin: str, until: float) -> None:
-        """Lease these tasks to ``origin`` until ``until`` (wall-clock seconds); tasks that have
-        no record are skipped."""
-        if task_ids:
-            await self._run(_SCRIPTS.hold, origin, until, *(store_key(task_id) for task_id in task_ids))
+    async def hold(self, task_ids: Sequence[str], origin: str, until: float) -> list[str]:
+        """Lease these tasks to ``origin`` until ``until`` (wall-clock seconds), and return
+        those of them whose record is terminal or gone (cancelled through another process,
+        failed by a lease sweep, expired), in the order given: they get no lease — the
+        process running them should stop them. One script: what it reports is what it saw
+        when it leased the others."""
+        if not task_ids:
+            return []
+        over = await self._run(_SCRIPTS.hold, origin, until, *(store_key(task_id) for task_id in task_ids))
+        return [task_ids[position - 1] for position in over]
 
     async def release(self, task_ids: Sequence[str]) -> None:
         """Drop the leases of these tasks (those without one are skipped)."""
@@ -879,6 +963,10 @@ class RedisTaskStore:
 
 _SILENT = object()
 
+_RESYNC = TaskEvent("resync", "", "")
+"""What :meth:`RedisTaskStore.events` yields after subscribing again, once a subscription was
+lost: events published meanwhile were missed."""
+
 
 class _EventStream:
     """The iterator :meth:`RedisTaskStore.events` yields: a subscription that resubscribes."""
@@ -892,6 +980,8 @@ class _EventStream:
         self.closed = False
         self.pinged = False
         """A ping went out and nothing came back since."""
+        self.lost = False
+        """A subscription was lost and not made again yet (a ``resync`` event is due then)."""
 
     def __aiter__(self) -> _EventStream:
         return self
@@ -908,7 +998,7 @@ class _EventStream:
         if _on_mock_clock():  # connect in place (see the module docstring), then read in Trio
             blocking = _BlockingConnection.open(address, store.connect_timeout, store.timeout)
             try:
-                blocking.call([("SUBSCRIBE", store.channel)])
+                _check_handshake(blocking.call([("SUBSCRIBE", store.channel)]))
             except BaseException:
                 blocking.close()
                 raise
@@ -923,7 +1013,7 @@ class _EventStream:
             raise RedisUnavailable(f"could not connect within {store.connect_timeout} s")
         try:
             with trio.move_on_after(store.timeout):
-                await connection.call([("SUBSCRIBE", store.channel)])
+                _check_handshake(await connection.call([("SUBSCRIBE", store.channel)]))
                 return connection
             raise RedisUnavailable(f"no answer within {store.timeout} s")
         except BaseException:
@@ -972,6 +1062,9 @@ class _EventStream:
                 if not await self.subscribe():
                     delays = self.RETRY_DELAYS
                     await trio.sleep(delays[min(self.failures, len(delays)) - 1])
+                elif self.lost:
+                    self.lost = False
+                    return _RESYNC  # events were missed meanwhile: the reader re-reads
                 continue
             try:
                 message = await self._receive(self.connection)
@@ -986,6 +1079,7 @@ class _EventStream:
                 self.connection.close()
                 self.connection = None
                 self.failures = 1
+                self.lost = True
                 continue
             if message is _SILENT:
                 continue
