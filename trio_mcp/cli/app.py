@@ -76,7 +76,11 @@ EXIT_CODES_ALL = exit_codes(
     (ExitCode.OK, "success (serve: also when stopped by SIGINT or SIGTERM)"),
     (ExitCode.TOOL_ERROR, "the tool returned an error (isError), or the task failed or was cancelled"),
     (ExitCode.USAGE, "usage error: unknown tool/argument, bad value, bad duration, bad SERVER spec"),
-    (ExitCode.CONNECTION, "connection error: TARGET could not be started, reached, refused us, or went away"),
+    (
+        ExitCode.CONNECTION,
+        "connection error: TARGET could not be started, reached, refused us, or went away (serve: "
+        "cannot listen, or the --store file is in use by another server process)",
+    ),
     (ExitCode.PROTOCOL, "protocol error: the server answered with a JSON-RPC error (e.g. unknown task id)"),
     (
         ExitCode.INTERRUPTED,
@@ -88,7 +92,11 @@ EXIT_CODES_ALL = exit_codes(
 EXIT_CODES_SERVE = exit_codes(
     (ExitCode.OK, "stopped by SIGINT (Ctrl-C) or SIGTERM (a clean shutdown), or stdin closed (stdio)"),
     (ExitCode.USAGE, "usage error: bad SERVER spec, --ws/--http address, --store URL or option"),
-    (ExitCode.CONNECTION, "cannot listen on HOST:PORT (e.g. the port is in use)"),
+    (
+        ExitCode.CONNECTION,
+        "cannot listen on HOST:PORT (e.g. the port is in use), or the --store sqlite:///PATH file is "
+        "in use by another server process",
+    ),
     (ExitCode.INTERRUPTED, "a second signal during the shutdown stopped it at once (143: if by SIGTERM)"),
 )
 EXIT_CODES_CLIENT = exit_codes(
@@ -191,18 +199,28 @@ def _execute(body: Callable[[Interrupts], Awaitable[int]]) -> NoReturn:
         interrupted()
         code = ExitCode.INTERRUPTED
     except Exception as exc:
-        error = as_cli_error(exc)
+        error = as_cli_error(exc) or _store_error(exc)
         if error is None:
             raise
         print_error(err, error)
         code = error.code
     except BaseExceptionGroup as group:  # pragma: no cover - a group with KeyboardInterrupt
-        error = as_cli_error(group)
+        error = as_cli_error(group) or _store_error(group)
         if error is None:
             raise
         print_error(err, error)
         code = error.code
     raise SystemExit(int(code))
+
+
+def _store_error(exc: BaseException) -> CliError | None:
+    """A task store that cannot be served from this process: its SQLite file is in use by
+    another server process (exit 3, its one-line message). None for anything else."""
+    sqlite = sys.modules.get("trio_mcp.stores.sqlite")  # imported if a store could raise it
+    leaf = unwrap(exc)
+    if sqlite is not None and isinstance(leaf, sqlite.StoreLocked):
+        return CliError(ExitCode.CONNECTION, str(leaf))
+    return None
 
 
 def client_options(fn: F) -> F:

@@ -20,7 +20,8 @@ class ExitCode(enum.IntEnum):
     USAGE = 2
     """Bad command line: unknown tool or argument, bad value, bad duration, bad SERVER spec."""
     CONNECTION = 3
-    """The target could not be started or reached, refused us, or went away."""
+    """The target could not be started or reached, refused us, or went away; ``serve``: it
+    could not listen, or its ``--store`` file is served by another process (``StoreLocked``)."""
     PROTOCOL = 4
     """The server answered a request with a JSON-RPC error (e.g. an unknown task id)."""
     INTERRUPTED = 130

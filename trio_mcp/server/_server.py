@@ -585,6 +585,9 @@ class Server:
             if self.lifespan is not None:
                 bind_lifespan(supervisor, shared)
             try:
+                connect = getattr(store, "connect", None)
+                if connect is not None:  # a store that connects (SQLite: takes its file's lock) fails here
+                    await connect()
                 async with trio.open_nursery() as nursery:
                     try:
                         await nursery.start(supervisor.run)
@@ -704,7 +707,8 @@ class Server:
         ``--store URL`` (or ``TRIO_MCP_STORE``) and ``--log-level LEVEL``. ``argv`` is what to
         parse (default ``sys.argv[1:]``; pass ``[]`` when embedding in a program with its own
         arguments). The keyword arguments are the defaults the command line overrides, e.g.
-        ``server.run(http="127.0.0.1:8000")``. Bad arguments print usage and exit 2.
+        ``server.run(http="127.0.0.1:8000")``. Bad arguments print usage and exit 2; a ``--store``
+        file another process serves (:class:`~trio_mcp.stores.StoreLocked`) prints one line, exits 3.
 
         ``gc_tuning`` applies :func:`tune_gc` first (this process is then a server: say False
         when embedding it in a program that manages the collector itself).
@@ -716,7 +720,18 @@ class Server:
         logging.basicConfig(level=getattr(logging, options.log_level.upper()), stream=sys.stderr)
         if gc_tuning:
             tune_gc()
-        trio.run(self.serve_until_signalled, options)
+        try:
+            trio.run(self.serve_until_signalled, options)
+        except Exception as exc:
+            from ..stores.sqlite import StoreLocked
+
+            leaves: list[BaseException] = [exc]
+            while len(leaves) == 1 and isinstance(leaves[0], BaseExceptionGroup):
+                leaves = list(leaves[0].exceptions)
+            if len(leaves) != 1 or not isinstance(leaves[0], StoreLocked):
+                raise
+            print(leaves[0], file=sys.stderr, flush=True)  # one line: the file is served by another process
+            raise SystemExit(3) from None
 
 
 # ------------------------------------------------------------------- running from a command line

@@ -36,15 +36,24 @@ them):
   a record holding anything that is not JSON is refused (TypeError/ValueError) and changes
   nothing; nothing a caller holds is shared with what the store keeps.
 
-One file, one serving process: :meth:`~SqliteTaskStore.recover` fails *every* running record in
-the file, so two server processes must not serve tasks from the same file at once (several
-store objects, or other processes reading it, are fine: SQLite serialises them).
+One file, one serving process — enforced. A store that connects takes an exclusive OS lock on
+the file (``flock(LOCK_EX | LOCK_NB)`` on the sidecar ``PATH.lock``, which names the holder's
+pid) and keeps it until :meth:`~SqliteTaskStore.aclose`; the OS drops it when the process ends,
+however it ends (SIGKILL too). While one process holds it, a store in any other process fails
+to connect with :class:`StoreLocked` (``PATH is in use by another trio-mcp process (pid N); one
+server process per task file``), so a second server refuses to start rather than fail the
+first one's running tasks as interrupted: a server connects its store when it starts. Store
+objects of the *same* process on one file share its lock (a store reopened after closing, a
+second one reading the file), and SQLite serialises them. The lock file is left in place (an
+empty one is harmless); ``":memory:"`` takes no lock, nor does Windows (no ``fcntl``). A child
+made by a bare ``fork()`` (no exec) inherits the lock while it lives.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import threading
 from collections.abc import Callable
 from types import TracebackType
@@ -58,6 +67,9 @@ from ..protocol.errors import INTERNAL_ERROR, ErrorValue
 from ..protocol.records import TaskOutcome, TaskRecord, record_from_text, record_to_text
 from ..protocol.tasks import TaskStatus
 from .base import InvalidCursor, store_key, text_digest
+
+if sys.platform != "win32":
+    import fcntl
 
 __all__ = [
     "INTERRUPTED_MESSAGE",
@@ -99,7 +111,65 @@ CREATE INDEX IF NOT EXISTS tasks_running ON tasks (status) WHERE status IN {_RUN
 
 
 class StoreLocked(Exception):
-    """Another process serves tasks from this SQLite file (it holds the file's lock)."""
+    """Another process serves tasks from this SQLite file (it holds the file's lock). Its
+    message is one line naming the file (and the holder's pid, when known)."""
+
+
+_held_guard = threading.Lock()
+_held: dict[str, list[int]] = {}
+"""The file locks this process holds: real path of the file -> [lock file descriptor, how
+many connected stores share it]. ``flock`` locks belong to an open file description, so a
+second descriptor of this process would be refused too: the stores of one process share one."""
+
+
+def _lock_file(path: str) -> str | None:
+    """Take the lock of the task file ``path`` for this process (or share the one it holds);
+    the key to release it with (None: no lock, for ``":memory:"``, ``""`` or on Windows).
+    Raises :class:`StoreLocked` if another process holds it."""
+    if path in ("", ":memory:") or sys.platform == "win32":
+        return None
+    key = os.path.realpath(path)
+    with _held_guard:
+        held = _held.get(key)
+        if held is not None:
+            held[1] += 1
+            return key
+        fd = os.open(key + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _holder(fd)
+                by = f"another trio-mcp process (pid {holder})" if holder else "another trio-mcp process"
+                raise StoreLocked(f"{key} is in use by {by}; one server process per task file") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        _held[key] = [fd, 1]
+        return key
+
+
+def _holder(fd: int) -> int | None:
+    """The pid written in a lock file (None if it is missing or garbled)."""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def _unlock_file(key: str | None) -> None:
+    """Release what :func:`_lock_file` took (the lock itself once no store of this process uses it)."""
+    if key is None:
+        return
+    with _held_guard:
+        held = _held[key]
+        held[1] -= 1
+        if held[1] == 0:
+            del _held[key]
+            os.close(held[0])  # closing the descriptor releases the flock
 
 
 class StoreClosed(Exception):
@@ -128,6 +198,8 @@ class SqliteTaskStore:
         self._busy_timeout = busy_timeout
         self._synchronous = synchronous
         self._connection: sqlite3.Connection | None = None
+        self._lock_key: str | None = None
+        """The file lock this store's connection holds a share of (see :func:`_lock_file`)."""
         self._closed = False
         self._lock = threading.Lock()
         """Held by whichever thread uses the connection (the limiter already admits one)."""
@@ -147,8 +219,14 @@ class SqliteTaskStore:
     ) -> SqliteTaskStore:
         """A store on ``path``, connected now (the file and its tables made if absent)."""
         store = cls(path, busy_timeout=busy_timeout, synchronous=synchronous)
-        await store._call(lambda connection: None)
+        await store.connect()
         return store
+
+    async def connect(self) -> None:
+        """Connect now if not yet (else nothing): take the file's lock, open the file (made with
+        its tables if absent). Raises :class:`StoreLocked` if another process serves the file;
+        a server calls it when it starts, so that it refuses to start then."""
+        await self._call(lambda connection: None)
 
     async def aclose(self) -> None:
         """Close the connection (after any call under way). Later calls raise :class:`StoreClosed`;
@@ -160,11 +238,13 @@ class SqliteTaskStore:
                 if self._connection is not None:
                     self._connection.close()
                     self._connection = None
+                    key, self._lock_key = self._lock_key, None
+                    _unlock_file(key)
 
         await self._in_thread(close)
 
     async def __aenter__(self) -> SqliteTaskStore:
-        await self._call(lambda connection: None)
+        await self.connect()
         return self
 
     async def __aexit__(
@@ -178,10 +258,12 @@ class SqliteTaskStore:
             raise StoreClosed(f"{self!r} is closed")
         if self._connection is not None:
             return self._connection
-        connection = sqlite3.connect(
+        connection = sqlite3.connect(  # opens (makes) the file: an unusable path fails here, in SQLite
             self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
         )
+        key: str | None = None
         try:
+            key = _lock_file(self.path)  # before any statement: StoreLocked if another process serves it
             connection.execute("PRAGMA journal_mode=WAL")  # ":memory:" stays "memory": fine
             connection.execute(f"PRAGMA synchronous={self._synchronous}")
             connection.execute("BEGIN IMMEDIATE")
@@ -201,8 +283,10 @@ class SqliteTaskStore:
                 raise
         except BaseException:
             connection.close()
+            _unlock_file(key)
             raise
         self._connection = connection
+        self._lock_key = key
         return connection
 
     async def _call(self, operation: Callable[[sqlite3.Connection], T]) -> T:
@@ -381,6 +465,21 @@ class SqliteTaskStore:
             return [text for (text,) in rows]
 
         return [record_from_text(text) for text in await self._call(due)]
+
+    # -- a durable store (DurableTaskStore) ----------------------------------------------
+    async def unfinished(self, limit: int) -> list[TaskRecord]:
+        """Up to ``limit`` records that are ``working`` or ``input_required``, oldest first (in
+        the order they were stored). The file's lock is this process's: their work ran in a
+        process that is gone, and cannot be resumed."""
+
+        def unfinished(connection: sqlite3.Connection) -> list[str]:
+            rows = connection.execute(
+                f"SELECT record FROM tasks WHERE status IN {_RUNNING!r} ORDER BY rowid LIMIT ?",
+                (max(limit, 0),),
+            ).fetchall()
+            return [text for (text,) in rows]
+
+        return [record_from_text(text) for text in await self._call(unfinished)]
 
     # -- beyond the interface -------------------------------------------------------------
     async def recover(self, now: float) -> int:
