@@ -15,7 +15,7 @@ from ..protocol.errors import ErrorValue, McpError
 from ..protocol.records import TaskOutcome, TaskRecord
 from ._endpoint import Endpoint
 from .runtime import Reply
-from .supervisor import ListTasks, Route, TaskSupervisor, create_task
+from .supervisor import ListTasks, Remove, Route, TaskSupervisor, create_task
 from .task_actor import AwaitResult, Cancel, Poll, ProvideInput, Work
 
 Rendered = dict[str, Any] | bytes | ErrorValue
@@ -117,9 +117,21 @@ class TaskReceiver:
     async def create(self, request: jsonrpc.Request, work: Work, ttl_ms: int | None) -> None:
         """Create a task for ``request``, answer it with the CreateTaskResult, then start the work."""
         started = self.start_create(work, ttl_ms)
-        record = await started.reply.wait()
-        await self.endpoint.respond(request.id, self.dialect.render_created(record, None))
+        answered = False
+        try:
+            record = await started.reply.wait()
+            await self.endpoint.respond(request.id, self.dialect.render_created(record, None))
+            answered = True
+        finally:
+            if not answered:  # cancelled, or the connection closed: nobody got its id
+                started.reply.then(self._remove_created)
         self.start_work(record)
+
+    def _remove_created(self, reply: Reply[TaskRecord]) -> None:
+        """A creation's continuation when its CreateTaskResult will not be sent: the task, if
+        it was created (now or later), goes. Never raises."""
+        if not reply.failed:
+            self.supervisor.mailbox.put(Remove(self.owner, reply.unwrap().task_id), system=True)
 
     def _notifier(self, renderer: Renderer) -> Callable[[TaskRecord], None]:
         # One for the connection's own dialect, shared by all its tasks (one per task would

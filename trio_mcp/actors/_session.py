@@ -404,6 +404,52 @@ class _ToolWork(StagedWork):
         return self.scope.settle_tool_result(self.entry.failed(exc))
 
 
+class _HiddenTask:
+    """The task of a server-directed call while no client may know of it: from its creation
+    until the answer showing it (its CreateTaskResult) is handed to the transport.
+
+    Whatever else ends the call — a plain result, more input first, the request cancelled, the
+    connection closed, at any point, even before the creation was answered — removes the task,
+    whoever owns it: an identity's tasks outlive the connection, so the removal of a
+    connection's own tasks would not catch it. Until written, its id is also in the session's
+    ``_unwritten``, so a disconnect removes it too."""
+
+    __slots__ = ("done", "session", "task_id")
+
+    def __init__(self, session: SessionActor) -> None:
+        self.session = session
+        self.task_id: str | None = None
+        self.done = False
+        """The call is over: its answer queued, or none will be."""
+
+    def created(self, reply: Reply[TaskRecord]) -> None:
+        """The creation's continuation: runs as soon as the task exists (in the creating
+        actor's task), whether or not the call still waits for it. Never raises."""
+        if reply.failed:
+            return  # refused: there is no task
+        task_id = reply.unwrap().task_id
+        if self.done:
+            self.session._remove_task(task_id)  # the call gave up before it was created
+        else:
+            self.task_id = task_id
+            self.session._unwritten.add(task_id)
+
+    def written(self) -> None:
+        """The call's answer was handed to the transport (``on_written``): the task it
+        shows, if it shows one, is known to the client from now on."""
+        self.session._release()
+        task_id, self.task_id = self.task_id, None
+        if task_id is not None:
+            self.session._unwritten.discard(task_id)
+
+    def remove(self) -> None:
+        """The task is not shown, or its answer will never be written: it goes."""
+        task_id, self.task_id = self.task_id, None
+        if task_id is not None:
+            self.session._unwritten.discard(task_id)
+            self.session._remove_task(task_id)
+
+
 class SessionActor(Endpoint):
     def __init__(
         self,
@@ -489,8 +535,14 @@ class SessionActor(Endpoint):
         # Tasks whose CreateTaskResult was never written: their ids never reached the client,
         # so whoever owns them, they go (their work, begun a moment ago, is cancelled).
         for task_id in self._unwritten:
-            self.supervisor.mailbox.put(Remove(self.owner, task_id), system=True)
+            self._remove_task(task_id)
         self._unwritten.clear()
+
+    def _remove_task(self, task_id: str) -> None:
+        """Remove a task no client was told of, whoever owns it (its work, if begun, is
+        cancelled): an identity's tasks outlive the connection, so dropping the connection's
+        owner would not do."""
+        self.supervisor.mailbox.put(Remove(self.owner, task_id), system=True)
 
     def _tool_support(self, name: str) -> TaskSupport | None:
         entry = self.service.tools.get(name)
@@ -660,12 +712,15 @@ class SessionActor(Endpoint):
             await self._start(
                 request, lambda: self.receiver.start_update(command.task_id, command.input_responses, scope)
             )
-        elif isinstance(command, CallTool) and command.as_task:
-            await self._wait(request, functools.partial(self._call_maybe_task, command, scope, required=True))
+        elif isinstance(command, CallTool) and (command.as_task or command.auto_task):
+            if await self._admit_waiting(request):
+                hidden = _HiddenTask(self)
+                handler = functools.partial(
+                    self._call_maybe_task, command, scope, hidden, required=command.as_task
+                )
+                self._spawn_answer(request, handler, hidden)
         elif isinstance(command, Listen):
             await self._wait(request, functools.partial(self._listen, command, scope))
-        elif isinstance(command, CallTool) and command.auto_task:
-            await self._wait(request, functools.partial(self._call_maybe_task, command, scope))
         elif isinstance(command, CallTool):
             await self._wait(request, functools.partial(self._modern_call, command, scope))
         else:
@@ -691,14 +746,18 @@ class SessionActor(Endpoint):
         return await self._admit(request)
 
     def _spawn_answer(
-        self, request: jsonrpc.Request, handler: Callable[[jsonrpc.Request], Awaitable[dict[str, Any]]]
+        self,
+        request: jsonrpc.Request,
+        handler: Callable[[jsonrpc.Request], Awaitable[dict[str, Any]]],
+        hidden: _HiddenTask | None = None,
     ) -> None:
         """Answer an admitted request from a Trio task of its own, which a
-        ``notifications/cancelled`` for it cancels."""
+        ``notifications/cancelled`` for it cancels. ``hidden``: the task of a server-directed
+        call, removed unless the answer showing it is written."""
         assert self._nursery is not None
         scope = trio.CancelScope()
         self._in_flight[request.id] = scope
-        self._nursery.start_soon(self._answer_in_scope, request, handler, scope)
+        self._nursery.start_soon(self._answer_in_scope, request, handler, scope, hidden)
 
     async def _get(self, request: jsonrpc.Request, task_id: str, renderer: Renderer) -> None:
         """``tasks/get``: answered from the record when it can be read without waiting (see
@@ -800,26 +859,37 @@ class SessionActor(Endpoint):
         release: Callable[[], None],
         reply: Reply[Any],
     ) -> None:
-        # Runs in the answering actor's task: it must never raise into it.
+        # Runs in the answering actor's task: it must never raise into it. A refusal is an
+        # error value, answered as it is: nothing raised, so nothing (no traceback holding the
+        # frames that hold the request) outlives the answer.
         self._queries -= 1
         after = started.after  # run with the answer once it is queued, unless it is an error
         value: Any = None
-        try:
-            value = reply.unwrap()
-            rendered = started.render(value)
-            data = encode_answer(request_id, rendered)
-            if isinstance(rendered, ErrorValue):
+        error = reply.error_value
+        if error is not None:
+            after = None
+            data = jsonrpc.encode_error(request_id, error.code, error.message, error.data)
+        else:
+            try:
+                value = reply.unwrap()
+                rendered = started.render(value)
+                data = encode_answer(request_id, rendered)
+                if isinstance(rendered, ErrorValue):
+                    after = None
+            except McpError as exc:
                 after = None
-        except McpError as exc:
-            after = None
-            data = jsonrpc.encode_error(request_id, exc.code, exc.message, exc.data)
-        except Exception as exc:
-            after = None
-            log.error("answering request %r failed: %r", request_id, exc, exc_info=exc)
-            data = jsonrpc.encode_error(request_id, INTERNAL_ERROR, f"Internal error: {exc}")
+                data = jsonrpc.encode_error(request_id, exc.code, exc.message, exc.data)
+            except Exception as exc:
+                after = None
+                log.error("answering request %r failed: %r", request_id, exc, exc_info=exc)
+                data = jsonrpc.encode_error(request_id, INTERNAL_ERROR, f"Internal error: {exc}")
         if after is None:
             if not self.post(data, release):
                 release()
+            if started.after is not None and isinstance(value, TaskRecord):
+                # Created, but answered with an error instead of its CreateTaskResult: nobody
+                # got its id, never start it.
+                self._remove_task(value.task_id)
             return
         created: str = value.task_id  # only a creation has something to do after its answer
 
@@ -836,24 +906,33 @@ class SessionActor(Endpoint):
         else:
             release()
             # Created for a connection that has gone: nobody got its id, never start it.
-            self.supervisor.mailbox.put(Remove(self.owner, created), system=True)
+            self._remove_task(created)
 
     async def _answer_in_scope(
         self,
         request: jsonrpc.Request,
         handler: Callable[[jsonrpc.Request], Awaitable[dict[str, Any]]],
         scope: trio.CancelScope,
+        hidden: _HiddenTask | None,
     ) -> None:
         queued = False
         try:
             with scope:
-                queued = await self.answer(request, handler, self._release)
+                queued = await self.answer(
+                    request, handler, self._release if hidden is None else hidden.written
+                )
         except ConnectionClosed:
             pass  # the client left; nobody to answer
         finally:
             self._in_flight.pop(request.id, None)
             if not queued:  # no answer will be written (cancelled, or none due)
                 self._release()
+            if hidden is not None:
+                # The call is over. Its task stays only if the answer showing it was queued —
+                # and then only until the connection ends, unless that answer is written.
+                hidden.done = True
+                if not queued:
+                    hidden.remove()
 
     async def on_notification(self, notification: jsonrpc.Notification) -> None:
         command = self.dialect.interpret_notification(notification)
@@ -1008,7 +1087,13 @@ class SessionActor(Endpoint):
         return self._input_required(binding, mrtr, scope)
 
     async def _call_maybe_task(
-        self, command: CallTool, scope: ModernScope, request: jsonrpc.Request, *, required: bool = False
+        self,
+        command: CallTool,
+        scope: ModernScope,
+        hidden: _HiddenTask,
+        request: jsonrpc.Request,
+        *,
+        required: bool = False,
     ) -> dict[str, Any]:
         """Server-directed tasks: the call runs as a task from the start, hidden until the
         answer decides what the client sees.
@@ -1018,6 +1103,10 @@ class SessionActor(Endpoint):
         - Required tool: always answered with the task — but input it asks for before that
           answer is gathered first, by multi round-trip (``InputRequiredResult``; the retry
           re-runs it with the answers), so the task's input phase is over when it is shown.
+
+        Until the answer showing it is written, the task is ``hidden``'s: whatever ends the
+        call otherwise — a plain answer, the request cancelled, the client gone, even before
+        the creation was answered — removes it (see :class:`_HiddenTask`).
         """
         needs_input = trio.Event()
 
@@ -1035,18 +1124,21 @@ class SessionActor(Endpoint):
         started = self.receiver.start_create(
             self._task_work(command, scope, mrtr), None, entry.immediate_response, scope, watcher=watch
         )
-        record: TaskRecord = await started.reply.wait()
-        self.receiver.start_work(record)
+        # Told of the task the moment it exists, even if this call has stopped waiting by then.
+        started.reply.then(hidden.created)
         keep = False
         try:
+            record: TaskRecord = await started.reply.wait()
+            self.receiver.start_work(record)
             answer, keep = await self._settle_maybe_task(
                 record, scope, needs_input, entry.immediate_response, mrtr, binding
             )
             return answer
         finally:
             if not keep:
-                # Not shown (a plain result, more input first, withdrawn): nobody holds its id.
-                self.supervisor.mailbox.put(Remove(self.owner, record.task_id), system=True)
+                # Not shown (a plain result, more input first, withdrawn, cancelled, refused):
+                # nobody holds its id.
+                hidden.remove()
 
     async def _settle_maybe_task(
         self,

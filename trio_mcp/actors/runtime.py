@@ -24,6 +24,8 @@ from typing import Any, Generic, TypeVar
 
 import trio
 
+from ..protocol.errors import ErrorValue, McpError
+
 __all__ = [
     "DEFAULT_MAILBOX_SIZE",
     "YIELD_EVERY",
@@ -131,11 +133,20 @@ class Mailbox(Generic[M]):
 
 
 class Reply(Generic[T]):
-    """A one-shot answer slot. The first ``send``/``fail`` wins; later ones are ignored.
+    """A one-shot answer slot. The first ``send``/``fail``/``fail_value`` wins; later ones are
+    ignored.
 
     Senders may have given up waiting (cancelled); answering is then harmless. The slot keeps
     the value (or the error) itself: reading an answer that is already there costs an
     attribute read, with no outcome objects in between.
+
+    Errors are values here: an :class:`~trio_mcp.protocol.errors.McpError` it is failed with
+    is kept as its :class:`~trio_mcp.protocol.errors.ErrorValue`, which an answering actor
+    reads with :attr:`error_value` and writes as an error response without raising anything.
+    :meth:`unwrap` (and :meth:`wait`) raise a fresh McpError from it each time. An exception
+    the slot kept and raised would hold, through its traceback, the frames that hold the slot
+    (a cycle): everything those frames reference — the request, its arguments — would stay
+    alive until the cyclic garbage collector ran.
     """
 
     __slots__ = ("_abandoned", "_callback", "_error", "_state", "_value", "_waiter")
@@ -143,7 +154,7 @@ class Reply(Generic[T]):
     def __init__(self) -> None:
         self._state = _WAITING
         self._value: T | None = None
-        self._error: BaseException | None = None
+        self._error: ErrorValue | BaseException | None = None
         self._waiter: trio.lowlevel.Task | None = None
         self._callback: Callable[[Reply[T]], None] | None = None
         self._abandoned = False
@@ -167,12 +178,29 @@ class Reply(Generic[T]):
     def answered(self) -> bool:
         return self._state is not _WAITING
 
+    @property
+    def failed(self) -> bool:
+        """Whether it was answered with an error."""
+        return self._state is _FAILED
+
+    @property
+    def error_value(self) -> ErrorValue | None:
+        """The protocol error it was failed with, as a value (None if it was not failed, or
+        failed with another kind of exception: :meth:`unwrap` raises that one). Read this
+        before :meth:`unwrap` where the error is only to be answered: nothing is raised."""
+        error = self._error
+        return error if type(error) is ErrorValue else None
+
     def unwrap(self) -> T:
-        """The answer: the value sent, or the error failed with raised (afresh: each raise
-        starts from an empty traceback, so reading twice grows nothing)."""
+        """The answer: the value sent, or the error failed with raised — a protocol error as a
+        fresh McpError each time; any other exception afresh, from an empty traceback (so
+        reading twice grows nothing)."""
         if self._state is _FAILED:
-            assert self._error is not None
-            raise self._error.with_traceback(None)
+            error = self._error
+            if type(error) is ErrorValue:
+                raise error.exception()
+            assert isinstance(error, BaseException)
+            raise error.with_traceback(None)
         if self._state is _WAITING:
             raise RuntimeError("the reply has not been answered yet")
         return self._value  # type: ignore[return-value]
@@ -185,6 +213,16 @@ class Reply(Generic[T]):
                 self._answered()
 
     def fail(self, error: BaseException) -> None:
+        """Answer with ``error``. An McpError is kept as its value (its traceback, if it was
+        raised, and what that holds, are not kept): see the class docstring."""
+        if self._state is _WAITING:
+            self._error = error.value if type(error) is McpError else error
+            self._state = _FAILED
+            if self._waiter is not None or self._callback is not None:
+                self._answered()
+
+    def fail_value(self, error: ErrorValue) -> None:
+        """Answer with the protocol error ``error``: :meth:`fail` without an exception."""
         if self._state is _WAITING:
             self._error = error
             self._state = _FAILED
