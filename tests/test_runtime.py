@@ -55,12 +55,15 @@ async def test_reply_first_answer_wins_and_cancelled_asker_is_harmless() -> None
     assert await reply.wait() == 1
 
 
-async def test_a_crashing_task_actor_fails_its_task_and_the_supervisor_survives(autojump_clock: Any) -> None:
+async def test_a_crashing_task_actor_fails_its_task_and_the_supervisor_survives(
+    autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     supervisor = TaskSupervisor()
 
-    def explode_on_the_end(record: TaskRecord) -> None:
-        if record.is_terminal:
-            raise RuntimeError("observer bug")  # raised inside the actor: a crash, not a tool error
+    def explode(self: TaskActor, outcome: TaskOutcome) -> TaskOutcome:
+        raise RuntimeError("actor bug")  # raised inside the actor: a crash, not a tool error
+
+    monkeypatch.setattr(TaskActor, "_bounded", explode)
 
     async def work(actor: TaskActor) -> TaskOutcome:
         await trio.sleep(1)
@@ -69,7 +72,7 @@ async def test_a_crashing_task_actor_fails_its_task_and_the_supervisor_survives(
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.run)
         reply: Reply[TaskRecord] = Reply()
-        supervisor.tell(CreateTask("owner", work, None, explode_on_the_end, reply))
+        supervisor.tell(CreateTask("owner", work, None, None, reply))
         task_id = (await reply.wait()).task_id
         waiting: Reply[TaskOutcome] = Reply()
         supervisor.tell(Route("owner", task_id, AwaitResult(waiting)))
@@ -78,7 +81,7 @@ async def test_a_crashing_task_actor_fails_its_task_and_the_supervisor_survives(
         outcome = await waiting.wait()
         assert outcome.result is None and outcome.failed
         assert outcome.error is not None and outcome.error.code == INTERNAL_ERROR
-        assert "observer bug" in outcome.error.message
+        assert "actor bug" in outcome.error.message
         await trio.testing.wait_all_tasks_blocked()
         # The task is failed, with the error kept, in the actor's last state and in the store.
         poll: Reply[TaskRecord] = Reply()
@@ -142,12 +145,18 @@ async def test_a_crashing_session_closes_only_its_connection(autojump_clock: Any
         SessionActor.on_notification = original  # type: ignore[method-assign]
 
 
-async def test_a_handler_crash_during_cancel_is_contained(autojump_clock: Any) -> None:
+async def test_a_handler_crash_during_cancel_is_contained(
+    autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     supervisor = TaskSupervisor()
+    settle = TaskActor.settle
 
-    def explode_on_cancel(record: TaskRecord) -> None:
-        if record.status == TaskStatus.CANCELLED:
-            raise RuntimeError("observer bug")  # raised while the supervisor runs the handler
+    def explode_on_cancel(self: TaskActor, outcome: TaskOutcome, status: TaskStatus | None = None) -> None:
+        if status == TaskStatus.CANCELLED:
+            raise RuntimeError("actor bug")  # raised while the supervisor runs the handler
+        settle(self, outcome, status)
+
+    monkeypatch.setattr(TaskActor, "settle", explode_on_cancel)
 
     async def work(actor: TaskActor) -> TaskOutcome:
         await trio.sleep_forever()
@@ -156,14 +165,14 @@ async def test_a_handler_crash_during_cancel_is_contained(autojump_clock: Any) -
     async with trio.open_nursery() as nursery:
         await nursery.start(supervisor.run)
         created: Reply[TaskRecord] = Reply()
-        supervisor.tell(CreateTask("owner", work, None, explode_on_cancel, created))
+        supervisor.tell(CreateTask("owner", work, None, None, created))
         task_id = (await created.wait()).task_id
         supervisor.tell(Route("owner", task_id, Start()))
         cancel: Reply[tuple[TaskRecord, bool]] = Reply()
         supervisor.tell(Route("owner", task_id, Cancel(cancel)))
         with pytest.raises(McpError) as info:
             await cancel.wait()  # answered, not left hanging
-        assert info.value.code == INTERNAL_ERROR and "observer bug" in info.value.message
+        assert info.value.code == INTERNAL_ERROR and "actor bug" in info.value.message
         result: Reply[TaskOutcome] = Reply()
         supervisor.tell(Route("owner", task_id, AwaitResult(result)))
         outcome = await result.wait()

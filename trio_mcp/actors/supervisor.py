@@ -18,21 +18,26 @@ the TTL timers and the per-owner limits.
 
 Records and the live side. The store (:mod:`trio_mcp.stores.base`) holds records only. The
 live side — a running task's actor with its cancel scope and result waiters — is a registry
-here, in the process running the work. Every change of a record is written to the store in
-order, by this actor; an actor is forgotten once its final record is stored, and from then on
-the task is answered from the store.
+here, in the process running the work. Every write goes through the process's one
+:class:`~trio_mcp.actors._writer.StoreWriter` (in order per task, retried until stored, merged
+on conflict); clients are shown only what is stored (a creation is answered once its record is
+stored, a change shown once it is, a result once the task's end is). An actor is forgotten once
+its final record is stored, and from then on the task is answered from the store. A store read
+has the writer's deadline and runs in a Trio task of its own, so a slow store delays no request
+that does not need it.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 import math
 import os
 import secrets
 import time
-from collections.abc import Callable
-from typing import Any, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import attrs
 import trio
@@ -41,9 +46,17 @@ from ..protocol._frozen import slot_builder
 from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, TASK_LIMIT_REACHED, ErrorValue
 from ..protocol.records import TaskOutcome, TaskRecord, new_record
 from ..protocol.tasks import TERMINAL, TaskStatus
-from ..stores.base import InvalidCursor, SharedTaskStore, TaskEvent, TaskStore
+from ..stores.base import (
+    DurableTaskStore,
+    ImmediateTaskStore,
+    InvalidCursor,
+    SharedTaskStore,
+    TaskEvent,
+    TaskStore,
+)
 from ..stores.memory import MemoryTaskStore
 from ._expiries import Expiries
+from ._writer import RetryPolicy, StoreWriter
 from .runtime import Actor, Reply
 from .task_actor import (
     CANCELLED,
@@ -214,6 +227,13 @@ class _Event:
 
 
 @attrs.frozen
+class _Recheck:
+    """Read these tasks again: a lease renewal or a resubscription says they may have changed."""
+
+    task_ids: tuple[str, ...]
+
+
+@attrs.frozen
 class _Lapse:
     """Fail the running tasks whose process stopped renewing their lease."""
 
@@ -243,9 +263,12 @@ SupervisorMessage = (
     | _Sweep
     | _Event
     | _Lapse
+    | _Recheck
 )
 
 log = logging.getLogger("trio_mcp.actors")
+
+T = TypeVar("T")
 
 NOT_FOUND = ErrorValue(INVALID_PARAMS, "Failed to retrieve task: Task not found")
 GONE = ErrorValue(INVALID_PARAMS, "Failed to retrieve task: Task is gone (its owner disconnected)")
@@ -259,7 +282,11 @@ LEASE_SECONDS = 15.0
 """A shared store's lease on a running task: its process renews it every third of this; a task
 whose lease lapsed (its process is gone) is failed by the next process that looks, so within
 about ``LEASE_SECONDS * 4 / 3`` of the crash."""
-_SHARED_METHODS = ("publish", "events", "hold", "release", "lapsed")
+REMOTE_RECHECK_SECONDS = 2.0
+"""How often a process re-reads the tasks running elsewhere that its ``tasks/result`` requests
+wait for (besides every ``changed`` event and every resubscription)."""
+CANCEL_ATTEMPTS = 32
+"""Compare-and-set rounds a cancel of a task running elsewhere tries against concurrent writes."""
 MAX_REMOTE_WAITERS = 1024
 """``tasks/result`` requests one process keeps waiting on one task running elsewhere."""
 SWEEP_BATCH = 1000
@@ -277,6 +304,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         store: TaskStore | None = None,
         wall_clock: Callable[[], float] = time.time,
         tracer: Tracer = no_trace,
+        retry: RetryPolicy | None = None,
     ) -> None:
         super().__init__(mailbox_size=65_536)
         self.tracer = tracer
@@ -296,39 +324,37 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self._new_id = _TaskIds()
         self.origin = secrets.token_hex(8)
         """This process's name among those sharing the store."""
-        self._shared: SharedTaskStore | None = (
-            cast(SharedTaskStore, self.store)
-            if all(hasattr(self.store, m) for m in _SHARED_METHODS)
-            else None
+        # The store's abilities, read once (stores/base.py declares them).
+        self._shared: SharedTaskStore | None = self.store if isinstance(self.store, SharedTaskStore) else None
+        self._durable: DurableTaskStore | None = (
+            self.store if isinstance(self.store, DurableTaskStore) else None
         )
         self._peek: Callable[[str], TaskRecord | None] | None = (
-            getattr(self.store, "peek", None) if self._shared is None else None
+            self.store.peek if isinstance(self.store, ImmediateTaskStore) and self._shared is None else None
         )
         """Reads a record without waiting (the memory store): see :meth:`deliver`."""
-        self._update_now: Callable[[TaskRecord], bool] | None = (
-            getattr(self.store, "update_now", None) if self._peek is not None else None
+        self._writer = StoreWriter(
+            self.store,
+            on_stored=self._on_stored,
+            on_lost=self._on_lost,
+            policy=retry,
+            shared=self._shared,
+            origin=self.origin,
+            lease_seconds=LEASE_SECONDS,
+            wall_clock=wall_clock,
         )
-        """Stores a change without waiting (the memory store): see :meth:`_changed`."""
-        self._create_now: Callable[[TaskRecord], None] | None = (
-            getattr(self.store, "create_now", None) if self._peek is not None else None
-        )
-        """Stores a new task without waiting (the memory store): see :meth:`create`."""
-        self._delete_now: Callable[[str], TaskRecord | None] | None = (
-            getattr(self.store, "delete_now", None) if self._peek is not None else None
-        )
-        """Deletes a record without waiting (the memory store): see :meth:`_removed_now`."""
         self._remote_waiters: dict[str, list[Reply[TaskOutcome]]] = {}
         self._kept: dict[str, int] = {}  # tasks kept per owner (created here, not yet removed)
         self._owner_of: dict[str, str] = {}
         self._timer = trio.CancelScope()
         self._timer_deadline = math.inf  # the timer's deadline (a property of Trio's, read per creation)
         self._nursery: trio.Nursery | None = None
-        self._unread = self.mailbox.unread()  # the mailbox's backlog, tested at each creation
         # Trio's time, read through the run's clock once it runs (trio.current_time() is
         # three calls deep; this is read at every creation).
         self._trio_now: Callable[[], float] = trio.current_time
         # Made once and shared: every live actor keeps a reference (a bound method made per
         # actor would be 64 bytes each).
+        self._unread = self.mailbox.unread()  # the mailbox's backlog, tested at each creation
         self._actor_host = ActorHost(
             self.wall_clock,
             self._changed,
@@ -353,51 +379,72 @@ class TaskSupervisor(Actor[SupervisorMessage]):
     # -- the actor ------------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
             self._trio_now = trio.lowlevel.current_clock().current_time
+            await nursery.start(self._writer.run)
             await self._sweep_due()
-            durable = getattr(self.store, "recover", None) is not None
-            if durable:
-                await self._recover()
+            if self._durable is not None:
+                await self._recover(self._durable)
                 nursery.start_soon(self._sweep_loop)
             if self._shared is not None:
                 await nursery.start(self._event_loop, self._shared)
                 nursery.start_soon(self._lease_loop, self._shared)
+                nursery.start_soon(self._recheck_loop)
             nursery.start_soon(self._expire_loop)
+            self._nursery = nursery
             task_status.started()
             while True:
                 await self._handle(await self.mailbox.get())
 
     async def _handle(self, message: SupervisorMessage) -> None:
+        """Handle one message. What needs the store runs in a Trio task of its own (with the
+        store's deadline), so that a slow store call delays only the requests that need its
+        answer; with a store that never waits (the memory store) it runs here, in order."""
+        serve = self._serve
         if isinstance(message, Route):
-            await self._route(message)
+            if isinstance(message.message, Start) or message.task_id in self._actors:
+                self._route_live(message)
+            else:
+                await serve(self._route, message)
         elif isinstance(message, _Changed):
-            await self._store_change(message.actor, message.record)
+            self._writer.update(message.record)
         elif isinstance(message, CreateTask):
-            await self._create(message)
+            self._create(message)
         elif isinstance(message, ListTasks):
-            await self._list(message)
+            await serve(self._list, message)
         elif isinstance(message, _Expire):
             for task_id in message.task_ids:
-                if not self._removed_now(task_id, EXPIRED):
-                    await self._remove(task_id, EXPIRED)
+                self._remove(task_id, EXPIRED)
         elif isinstance(message, Remove):
-            await self._remove_owned(message.owner, message.task_id)
+            await serve(self._remove_owned, message.owner, message.task_id)
         elif isinstance(message, Watch):
-            await self._watch(message)
+            await serve(self._watch, message)
         elif isinstance(message, Unwatch):
             for task_id in message.task_ids:
                 self._unwatch(task_id, message.watcher)
         elif isinstance(message, _DropOwner):
-            await self._drop_owner(message.owner)
+            await serve(self._drop_owner, message.owner)
         elif isinstance(message, _Crashed):
             self._crashed(message.actor, message.error)
         elif isinstance(message, _Sweep):
-            await self._sweep_due()
+            await serve(self._sweep_due)
         elif isinstance(message, _Event):
-            await self._on_event(message.event)
+            await serve(self._on_event, message.event)
         elif isinstance(message, _Lapse):
-            await self._fail_lapsed()
+            await serve(self._fail_lapsed)
+        elif isinstance(message, _Recheck):
+            await serve(self._recheck, message.task_ids)
+
+    async def _serve(self, handler: Callable[..., Awaitable[None]], *args: Any) -> None:
+        if self._peek is not None:
+            await handler(*args)  # the store never waits: in mailbox order
+        else:
+            assert self._nursery is not None
+            self._nursery.start_soon(handler, *args)
+
+    async def _read(self, call: Callable[[], Awaitable[T]]) -> T:
+        """A store read within the store's deadline (:class:`trio.TooSlowError` past it)."""
+        with trio.fail_after(self._writer.timeout):
+            return await call()
 
     def owner_gone(self, owner: str) -> None:
         """Cancel every running task of ``owner`` now, in the caller's Trio task, and forget all
@@ -429,23 +476,37 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         return None
 
     def create(self, message: CreateTask) -> None:
-        """Create a task for ``message.owner``; its first record (or the refusal) answers
-        ``message.reply``.
-
-        When the store needs no waiting (the memory store) and no earlier message waits in
-        the mailbox, the task is made now, in the caller's Trio task, so mailbox order is
-        kept; otherwise it goes through the mailbox (:class:`MailboxFull` when full)."""
-        if self._create_now is not None and self._nursery is not None and not self._unread:
-            record = self._new_task(message)
-            if record is not None:
-                try:
-                    self._create_now(record)
-                except Exception as exc:
-                    self._store_refused(message, exc)
-                    return
-                self._start_actor(message, record)
-        else:
+        """Create a task for ``message.owner``; its first record, once stored (or the refusal),
+        answers ``message.reply``. The task is made now, in the caller's Trio task, unless
+        earlier messages wait in the mailbox (or the supervisor is not running yet): then it
+        goes through the mailbox, so that mailbox order is kept (:class:`MailboxFull` when
+        full). Its place under the limits is taken at once, and the store writer stores it (in
+        place, with the memory store)."""
+        if self._nursery is None or self._unread:
             self.mailbox.put(message)
+        else:
+            self._create(message)
+
+    def _create(self, message: CreateTask) -> None:
+        record = self._new_task(message)
+        if record is not None:
+            actor = self._start_actor(message, record)
+            try:
+                self._writer.create(record, functools.partial(self._created, message, actor))
+            except Exception as exc:
+                log.error("task store failed to create a task: %r", exc, exc_info=exc)
+                self._created(message, actor, ErrorValue(INTERNAL_ERROR, STORE_FAILED))
+
+    def _created(self, message: CreateTask, actor: TaskActor, error: ErrorValue | None) -> None:
+        """The store has the new task (``error`` None): its creator gets its record; or it was
+        refused, and the task is forgotten (the writer makes sure no record of it stays)."""
+        if error is None:
+            message.reply.send(actor.shown)
+            return
+        task_id = actor.task_id
+        if self._actors.get(task_id) is actor:
+            self._forget_task(task_id, error)
+        message.reply.fail(error.exception())
 
     def _new_task(self, message: CreateTask) -> TaskRecord | None:
         refusal = self._refusal(message.owner)
@@ -460,26 +521,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             poll_interval_ms=self.limits.poll_interval_ms,
         )
 
-    @staticmethod
-    def _store_refused(message: CreateTask, exc: Exception) -> None:
-        log.error("task store failed to create a task: %r", exc, exc_info=exc)
-        message.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
-
-    async def _create(self, message: CreateTask) -> None:
-        record = self._new_task(message)
-        if record is None:
-            return
-        try:
-            await self.store.create(record)
-            if self._shared is not None:
-                await self._shared.hold([record.task_id], self.origin, self.wall_clock() + LEASE_SECONDS)
-        except Exception as exc:
-            self._store_refused(message, exc)
-            return
-        self._start_actor(message, record)
-
-    def _start_actor(self, message: CreateTask, record: TaskRecord) -> None:
-        """The stored task gets its actor and its deadline; the creator gets the record."""
+    def _start_actor(self, message: CreateTask, record: TaskRecord) -> TaskActor:
+        """The new task gets its actor, its place under the limits and its deadline."""
         task_id = record.task_id
         ttl = record.ttl_ms
         actor = TaskActor(record, message.work, self._actor_host, message.watcher)
@@ -498,7 +541,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         due = self._expiries.add(task_id, self._trio_now() + ttl / 1000)
         if due < self._timer_deadline:
             self._timer_deadline = self._timer.deadline = due
-        message.reply.send(record)
+        return actor
 
     # -- routing --------------------------------------------------------------------------
     def deliver(self, message: Route) -> None:
@@ -578,23 +621,32 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         else:  # it has ended: cancelling changes nothing
             inner.reply.send((record, True))
 
-    async def _route(self, message: Route) -> None:
+    def _route_live(self, message: Route) -> None:
+        """A Start, or a message for a task whose actor is here: handled now."""
         inner = message.message
         actor = self._actors.get(message.task_id)
-        if actor is not None and actor.record.owner == message.owner:
-            if isinstance(inner, Start):
-                assert self._nursery is not None
-                self._spawn_work(self._nursery, actor)
-            else:
-                self._deliver(actor, inner)
-            return
-        if isinstance(inner, Start):
-            return  # removed before it could start
+        if actor is None or actor.record.owner != message.owner:
+            if not isinstance(inner, Start):  # else: removed before it could start
+                inner.reply.fail(NOT_FOUND.exception())  # foreign tasks look exactly like missing ones
+        elif isinstance(inner, Start):
+            assert self._nursery is not None
+            self._spawn_work(self._nursery, actor)
+        else:
+            self._deliver(actor, inner)
+
+    async def _route(self, message: Route) -> None:
+        """A message for a task with no actor here: answered from the store."""
+        inner = message.message
+        assert not isinstance(inner, Start)
         try:
-            record = await self.store.get(message.task_id) if actor is None else None
-        except Exception as exc:
+            record = await self._read(functools.partial(self.store.get, message.task_id))
+        except (Exception, trio.TooSlowError) as exc:
             log.error("task store failed to read task %s: %r", message.task_id, exc, exc_info=exc)
             inner.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
+            return
+        actor = self._actors.get(message.task_id)
+        if actor is not None:  # it came here while the store was read
+            self._route_live(message)
             return
         if record is None or record.owner != message.owner or record.is_terminal or isinstance(inner, Poll):
             self._answer_record(record, message.owner, inner)
@@ -609,31 +661,55 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 inner.reply.fail(ELSEWHERE.exception())
         elif isinstance(inner, ProvideInput):
             if self._shared is not None:
-                await self._publish("input", record.task_id, inner.responses)
+                try:
+                    with trio.fail_after(self._writer.timeout):
+                        await self._publish("input", record.task_id, inner.responses)
+                except (Exception, trio.TooSlowError) as exc:
+                    log.error("task %s: its input could not be passed on: %r", record.task_id, exc)
+                    inner.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
+                    return
             inner.reply.send(record)  # answers for no one waiting are ignored
         else:
             await self._cancel_record(record, inner)
 
     async def _cancel_record(self, record: TaskRecord, message: Cancel) -> None:
-        """Cancel a task whose work does not run here: its record says so from now on."""
-        cancelled = record.settle(
-            TaskOutcome(error=CANCELLED, failed=True, message=message.reason),
-            now=self.wall_clock(),
-            status=TaskStatus.CANCELLED,
-        )
-        if await self.store.update(cancelled):
-            if self._watchers:
-                self._tell_watchers(cancelled)
-            if self._shared is not None:
-                await self._publish("cancel", record.task_id)
-                await self._publish("changed", record.task_id)
-            message.reply.send((cancelled, False))
-        else:
-            current = await self.store.get(record.task_id)
-            if current is None:
-                message.reply.fail(NOT_FOUND.exception())
+        """Cancel a task whose work does not run here: its record says so from now on.
+
+        The cancelled record is written over whatever version the store holds while that is
+        not terminal (the process running the work may be writing its statuses meanwhile: it
+        finds the cancel at its next write, and stops); a task that ended first is answered as
+        ended. Then the runner is told (an event: it stops the work at once)."""
+        outcome = TaskOutcome(error=CANCELLED, failed=True, message=message.reason)
+        try:
+            for _ in range(CANCEL_ATTEMPTS):
+                cancelled = record.settle(outcome, now=self.wall_clock(), status=TaskStatus.CANCELLED)
+                if await self._read(functools.partial(self.store.update, cancelled)):
+                    break
+                current = await self._read(functools.partial(self.store.get, record.task_id))
+                if current is None:
+                    message.reply.fail(NOT_FOUND.exception())
+                    return
+                if current.is_terminal:
+                    message.reply.send((current, True))
+                    return
+                record = current
             else:
-                message.reply.send((current, current.is_terminal))
+                message.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
+                return
+        except (Exception, trio.TooSlowError) as exc:
+            log.error("task store failed to cancel task %s: %r", record.task_id, exc, exc_info=exc)
+            message.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
+            return
+        if self._watchers:
+            self._tell_watchers(cancelled)
+        message.reply.send((cancelled, False))
+        if self._shared is not None:
+            try:
+                with trio.fail_after(self._writer.timeout):
+                    await self._publish("cancel", record.task_id)
+                    await self._publish("changed", record.task_id)
+            except (Exception, trio.TooSlowError) as exc:  # the runner finds it at its next write
+                log.warning("task %s: its cancel was stored but not announced: %r", record.task_id, exc)
 
     def _deliver(self, actor: TaskActor, message: Poll | AwaitResult | Cancel | ProvideInput | Stop) -> None:
         """Run the actor's handler to completion here; a handler that raises has crashed."""
@@ -648,18 +724,20 @@ class TaskSupervisor(Actor[SupervisorMessage]):
 
     async def _list(self, message: ListTasks) -> None:
         try:
-            records, cursor = await self.store.page(message.owner, message.cursor, self.limits.list_page_size)
+            records, cursor = await self._read(
+                functools.partial(self.store.page, message.owner, message.cursor, self.limits.list_page_size)
+            )
         except InvalidCursor:
             message.reply.fail(
                 ErrorValue(INVALID_PARAMS, "Invalid params at 'cursor': unknown cursor").exception()
             )
             return
-        except Exception as exc:
+        except (Exception, trio.TooSlowError) as exc:
             log.error("task store failed to list tasks: %r", exc, exc_info=exc)
             message.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
             return
         live = self._actors
-        message.reply.send(([live[r.task_id].record if r.task_id in live else r for r in records], cursor))
+        message.reply.send(([live[r.task_id].shown if r.task_id in live else r for r in records], cursor))
 
     # -- watching -------------------------------------------------------------------------
     async def _watch(self, message: Watch) -> None:
@@ -669,8 +747,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             owner = actor.record.owner if actor is not None else None
             if actor is None:
                 try:
-                    record = await self.store.get(task_id)
-                except Exception as exc:
+                    record = await self._read(functools.partial(self.store.get, task_id))
+                except (Exception, trio.TooSlowError) as exc:
                     log.error("task store failed to read task %s: %r", task_id, exc, exc_info=exc)
                     continue
                 owner = record.owner if record is not None else None
@@ -686,6 +764,18 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             if not watchers:
                 del self._watchers[task_id]
 
+    def _tell(self, actor: TaskActor, record: TaskRecord) -> None:
+        """Tell the task's creator and its listeners of a stored record. It is stored: a
+        listener that fails changes nothing of the task (its error is logged)."""
+        watcher = actor.watcher
+        if watcher is not None:
+            try:
+                watcher(record)
+            except Exception as exc:
+                log.error("task watcher failed: %r", exc, exc_info=exc)
+        if self._watchers:
+            self._tell_watchers(record)
+
     def _tell_watchers(self, record: TaskRecord) -> None:
         for watcher in list(self._watchers.get(record.task_id, ())):
             try:
@@ -695,80 +785,51 @@ class TaskSupervisor(Actor[SupervisorMessage]):
 
     # -- changes, removal -----------------------------------------------------------------
     def _changed(self, actor: TaskActor, record: TaskRecord) -> None:
-        """An actor is making a change: tell its watchers now, store it in order."""
-        if actor.watcher is not None:
-            actor.watcher(record)
-        if self._watchers:
-            self._tell_watchers(record)
-        final = record.status in TERMINAL
-        if final:
+        """An actor is making a change: the writer stores it (clients see it once stored)."""
+        if record.status in TERMINAL:
             self._forget_live(record.owner, record.task_id)
-        if self._update_now is not None:
-            # A store that never waits takes the change now, in order by construction: no
-            # message, and a final record makes the task a record at once.
-            self._stored(actor, record, self._update_now(record), final)
-        else:
-            self.mailbox.put(_Changed(actor, record), system=True)
+        self._writer.update(record)
 
-    async def _store_change(self, actor: TaskActor, record: TaskRecord) -> None:
-        try:
-            stored = await self.store.update(record)
-        except Exception as exc:
-            log.error("task store failed to update task %s: %r", record.task_id, exc, exc_info=exc)
-            stored = False
-        self._stored(actor, record, stored, record.is_terminal and actor.record is record)
-        if self._shared is not None and stored:
-            try:
-                if record.is_terminal:
-                    await self._shared.release([record.task_id])
-                await self._publish("changed", record.task_id)
-            except Exception as exc:
-                log.error("task store failed to announce task %s: %r", record.task_id, exc, exc_info=exc)
+    def _on_stored(self, record: TaskRecord) -> None:
+        """The writer stored ``record``: its watchers hear of it, its actor shows it; after the
+        final record the task is only a record."""
+        task_id = record.task_id
+        actor = self._actors.get(task_id)
+        if actor is None:
+            return  # removed meanwhile
+        self._tell(actor, record)
+        actor.stored(record)
+        if record.status in TERMINAL:
+            del self._actors[task_id]  # final and stored: the task is a record now
+            self._writer.forget(task_id)
 
-    def _stored(self, actor: TaskActor, record: TaskRecord, stored: bool, final: bool) -> None:
-        """The store has taken ``record`` (or refused it); after the ``final`` record the task
-        is only a record."""
-        if not stored and record.task_id in self._owner_of:
-            # Another process changed it first (a cancel through it): its record stands.
-            log.info("task %s: record version %d was not stored", record.task_id, record.version)
-        if final and self._actors.get(record.task_id) is actor:
-            del self._actors[record.task_id]  # final and stored: the task is a record now
+    def _on_lost(self, task_id: str, current: TaskRecord | None) -> None:
+        """A change of ours met a record that stands: ended elsewhere (the task stops and is as
+        stored) or gone (it is removed here too)."""
+        actor = self._actors.get(task_id)
+        if current is None:
+            if task_id in self._owner_of:
+                self._forget_task(task_id, EXPIRED)
+                self._removed(task_id, EXPIRED, None, actor)
+            return
+        if actor is None:
+            return
+        log.info("task %s ended elsewhere (%s): its work here stops", task_id, current.status.value)
+        self._forget_live(actor.record.owner, task_id)
+        self._tell(actor, current)
+        actor.adopt(current)
+        del self._actors[task_id]
+        self._writer.forget(task_id)
 
     def _compact_deadlines(self) -> None:
         """Forget the filed ids of removed tasks once they are half of all (amortised O(1))."""
         self._expiries.compact(self._owner_of)
 
-    async def _remove(self, task_id: str, error: ErrorValue) -> None:
-        if self._removed_now(task_id, error):
-            return
+    def _remove(self, task_id: str, error: ErrorValue) -> None:
+        """Remove a task: it leaves the tables now (its work is stopped, its waiters answered
+        with ``error``), and the writer deletes its record."""
         actor = self._forget_task(task_id, error)
-        try:
-            removed = await self.store.delete(task_id)
-        except Exception as exc:
-            log.error("task store failed to delete task %s: %r", task_id, exc, exc_info=exc)
-            return
-        if self._shared is not None and removed is not None:
-            try:
-                await self._shared.release([task_id])
-                await self._publish("changed", task_id)
-            except Exception as exc:
-                log.error("task store failed to announce task %s: %r", task_id, exc, exc_info=exc)
-        self._removed(task_id, error, removed, actor)
-
-    def _removed_now(self, task_id: str, error: ErrorValue) -> bool:
-        """:meth:`_remove`, done at once when the store deletes without waiting (the memory
-        store: every expiry, without a coroutine); False, with nothing done, otherwise."""
-        delete_now = self._delete_now
-        if delete_now is None:
-            return False
-        actor = self._forget_task(task_id, error)
-        try:
-            removed = delete_now(task_id)
-        except Exception as exc:
-            log.error("task store failed to delete task %s: %r", task_id, exc, exc_info=exc)
-            return True
-        self._removed(task_id, error, removed, actor)
-        return True
+        self._writer.delete(task_id, functools.partial(self._removed, task_id, error, actor=actor))
 
     def _forget_task(self, task_id: str, error: ErrorValue) -> TaskActor | None:
         """A removal's first half: the task leaves the supervisor's tables, its actor (if it
@@ -793,31 +854,47 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self.tracer("task.expired" if error is EXPIRED else "task.removed", {"task_id": task_id})
             self.tracer("actor.stop", {"actor": "TaskActor", "name": task_id})
 
+    async def _remove_all(self, task_ids: list[str], error: ErrorValue) -> None:
+        """Remove these tasks (as :meth:`_remove`) and wait until the store has deleted them."""
+        left = [len(task_ids)]
+        deleted = trio.Event()
+
+        def one(task_id: str, actor: TaskActor | None, removed: TaskRecord | None) -> None:
+            self._removed(task_id, error, removed, actor)
+            left[0] -= 1
+            if not left[0]:
+                deleted.set()
+
+        for task_id in task_ids:
+            actor = self._forget_task(task_id, error)
+            self._writer.delete(task_id, functools.partial(one, task_id, actor))
+        if task_ids:
+            await deleted.wait()
+
     async def _remove_owned(self, owner: str, task_id: str) -> None:
         actor = self._actors.get(task_id)
         if actor is None:
             try:
-                record = await self.store.get(task_id)
-            except Exception as exc:
+                record = await self._read(functools.partial(self.store.get, task_id))
+            except (Exception, trio.TooSlowError) as exc:
                 log.error("task store failed to read task %s: %r", task_id, exc, exc_info=exc)
                 return
             if record is None or record.owner != owner:
                 return
         elif actor.record.owner != owner:
             return
-        await self._remove(task_id, GONE)
+        self._remove(task_id, GONE)
 
     async def _drop_owner(self, owner: str) -> None:
         while True:
             try:
-                records, _ = await self.store.page(owner, None, SWEEP_BATCH)
-            except Exception as exc:
+                records, _ = await self._read(functools.partial(self.store.page, owner, None, SWEEP_BATCH))
+            except (Exception, trio.TooSlowError) as exc:
                 log.error("task store failed to list an owner's tasks: %r", exc, exc_info=exc)
                 return
             if not records:
                 return
-            for record in records:
-                await self._remove(record.task_id, GONE)
+            await self._remove_all([record.task_id for record in records], GONE)
 
     def _forget_live(self, owner: str, task_id: str) -> None:
         live = self._live.get(owner)
@@ -858,8 +935,6 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 "task.transition", {"task_id": actor.task_id, "old": old.value, "status": actor.status.value}
             )
         self._forget_live(actor.record.owner, actor.task_id)
-        if self._watchers:
-            self._tell_watchers(actor.record)
         self.mailbox.put(_Changed(actor, actor.record), system=True)
         return failure
 
@@ -868,14 +943,13 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         """Delete records that expired while no process was serving them (durable stores)."""
         while True:
             try:
-                due = await self.store.due(self.wall_clock(), SWEEP_BATCH)
-            except Exception as exc:
+                due = await self._read(functools.partial(self.store.due, self.wall_clock(), SWEEP_BATCH))
+            except (Exception, trio.TooSlowError) as exc:
                 log.error("task store failed to list expired tasks: %r", exc, exc_info=exc)
                 return
             if not due:
                 return
-            for record in due:
-                await self._remove(record.task_id, EXPIRED)
+            await self._remove_all([record.task_id for record in due], EXPIRED)
 
     # -- stores shared by several processes ------------------------------------------------
     async def _publish(self, kind: str, task_id: str, responses: dict[str, Any] | None = None) -> None:
@@ -893,16 +967,43 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                     self.mailbox.put(_Event(event), system=True)
 
     async def _lease_loop(self, shared: SharedTaskStore) -> None:
-        """Renew the leases of the tasks running here, and look for lapsed ones elsewhere."""
+        """Renew the leases of the tasks running here (and of those whose end is not stored
+        yet), stop those the store says ended elsewhere, and look for lapsed ones."""
         while True:
-            running = [task_id for task_id, actor in self._actors.items() if not actor.record.is_terminal]
+            running = [task_id for task_id, actor in self._actors.items() if not actor.shown.is_terminal]
             try:
                 if running:
-                    await shared.hold(running, self.origin, self.wall_clock() + LEASE_SECONDS)
-            except Exception as exc:
+                    with trio.fail_after(self._writer.timeout):
+                        ended = await shared.hold(running, self.origin, self.wall_clock() + LEASE_SECONDS)
+                    if ended:
+                        self.mailbox.put(_Recheck(tuple(ended)), system=True)
+            except (Exception, trio.TooSlowError) as exc:
                 log.error("task store failed to renew leases: %r", exc, exc_info=exc)
             self.mailbox.put(_Lapse(), system=True)
             await trio.sleep(LEASE_SECONDS / 3)
+
+    async def _recheck_loop(self) -> None:
+        """Every :data:`REMOTE_RECHECK_SECONDS`, read again the tasks running elsewhere that
+        ``tasks/result`` requests here wait for (an event may have been missed)."""
+        while True:
+            await trio.sleep(REMOTE_RECHECK_SECONDS)
+            if self._remote_waiters:
+                self.mailbox.put(_Recheck(tuple(self._remote_waiters)), system=True)
+
+    async def _recheck(self, task_ids: tuple[str, ...]) -> None:
+        """Read these tasks again: one running here that ended elsewhere stops; waiters and
+        watchers here hear of any change."""
+        for task_id in task_ids:
+            if task_id in self._actors:
+                try:
+                    record = await self._read(functools.partial(self.store.get, task_id))
+                except (Exception, trio.TooSlowError) as exc:
+                    log.error("task store failed to read task %s: %r", task_id, exc, exc_info=exc)
+                    continue
+                if record is None or record.is_terminal:
+                    self._on_lost(task_id, record)
+            else:
+                await self._news(task_id)
 
     async def _on_event(self, event: TaskEvent) -> None:
         actor = self._actors.get(event.task_id)
@@ -914,6 +1015,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self._deliver(actor, ProvideInput(event.responses, Reply()))
         elif event.kind == "changed":
             await self._news(event.task_id)
+        elif event.kind == "resync":  # events may have been missed: read what is waited for
+            await self._recheck(tuple({*self._remote_waiters, *self._watchers}))
 
     async def _news(self, task_id: str) -> None:
         """A task of another process changed: answer this process's waiters and watchers."""
@@ -921,8 +1024,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         if not waiters and task_id not in self._watchers:
             return
         try:
-            record = await self.store.get(task_id)
-        except Exception as exc:
+            record = await self._read(functools.partial(self.store.get, task_id))
+        except (Exception, trio.TooSlowError) as exc:
             log.error("task store failed to read task %s: %r", task_id, exc, exc_info=exc)
             return
         if record is not None and self._watchers:
@@ -935,11 +1038,12 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                     reply.fail(EXPIRED.exception())
 
     async def _fail_lapsed(self) -> None:
-        """Fail tasks whose process stopped renewing their lease: their work is gone."""
+        """Fail tasks whose process stopped renewing their lease: their work is gone. A task
+        that ended meanwhile (its process stored its end late) keeps its end."""
         assert self._shared is not None
         try:
-            lapsed = await self._shared.lapsed(self.wall_clock(), SWEEP_BATCH)
-        except Exception as exc:
+            lapsed = await self._read(functools.partial(self._shared.lapsed, self.wall_clock(), SWEEP_BATCH))
+        except (Exception, trio.TooSlowError) as exc:
             log.error("task store failed to list lapsed tasks: %r", exc, exc_info=exc)
             return
         for record in lapsed:
@@ -947,24 +1051,37 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 continue
             failed = record.settle(TaskOutcome.from_error(PROCESS_GONE), now=self.wall_clock())
             try:
-                if await self.store.update(failed):
-                    await self._shared.release([record.task_id])
-                    await self._publish("changed", record.task_id)
+                if await self._read(functools.partial(self.store.update, failed)):
+                    with trio.fail_after(self._writer.timeout):
+                        await self._shared.release([record.task_id])
+                        await self._publish("changed", record.task_id)
                     await self._news(record.task_id)
-            except Exception as exc:
+            except (Exception, trio.TooSlowError) as exc:
                 log.error("task store failed to fail lapsed task %s: %r", record.task_id, exc, exc_info=exc)
 
-    async def _recover(self) -> None:
-        """Fail the tasks a previous process left running (a durable store's ``recover``):
-        their work cannot be resumed. One server process per durable store file."""
-        recover = getattr(self.store, "recover", None)
-        if recover is None:
-            return
-        try:
-            failed = await recover(self.wall_clock())
-        except Exception as exc:
-            log.error("task store failed to recover interrupted tasks: %r", exc, exc_info=exc)
-            return
+    async def _recover(self, store: DurableTaskStore) -> None:
+        """Fail the tasks a previous process left unfinished in a durable store: their work
+        cannot be resumed. The store is this process's alone (it holds it while open), so
+        every unfinished record it holds was left by a process that is gone. Each is written
+        as the writer writes, tried again until stored."""
+        outcome = TaskOutcome.from_error(PROCESS_GONE)
+        failed = 0
+        while True:
+            records = await store.unfinished(SWEEP_BATCH)
+            if not records:
+                break
+            for record in records:
+                ended = record.settle(outcome, now=self.wall_clock())
+                delay = self._writer.policy.first_delay
+                while True:
+                    try:
+                        await self._read(functools.partial(store.update, ended))
+                        break
+                    except (Exception, trio.TooSlowError) as exc:
+                        log.error("task store failed to fail task %s: %r", record.task_id, exc, exc_info=exc)
+                        await trio.sleep(delay)
+                        delay = min(delay * 2, self._writer.policy.max_delay)
+                failed += 1
         if failed:
             log.warning("%d task(s) left running by a stopped server process are now failed", failed)
 

@@ -1,12 +1,18 @@
 """TaskActor: the live side of one MCP task in the process that runs its work.
 
 It holds the task's current :class:`~trio_mcp.protocol.records.TaskRecord` (plain data, which
-the supervisor writes to the store after every change), the work's cancel scope and the
-``tasks/result`` waiters. Guarantees:
+the supervisor's store writer stores after every change), the record clients are shown (the
+newest one stored: :attr:`TaskActor.shown`), the work's cancel scope and the ``tasks/result``
+waiters. Guarantees:
+
+- durable before visible: a poll is answered with the newest *stored* record, and a waiter
+  (``tasks/result``, a ``tasks/cancel``) is answered once the task's end is stored — with the
+  memory store that is at once, since it stores in place;
 
 - the work runs in its own cancel scope; Cancel cancels that scope, so the work really stops
   (it sees ``trio.Cancelled`` at its next checkpoint);
-- the task is ``cancelled`` before the Cancel is answered, and stays so whatever the work does;
+- the task is ``cancelled`` (and stored so) before the Cancel is answered, and stays so whatever
+  the work does; a task the store says has ended elsewhere (:meth:`TaskActor.adopt`) stops;
 - every AwaitResult is answered exactly once: with the outcome when the task ends, or with an
   error when it expires or its owner goes away (at shutdown the waiting requests are cancelled
   with their sessions);
@@ -31,7 +37,7 @@ import trio
 from ..protocol import _json
 from ..protocol.errors import INTERNAL_ERROR, TASK_CANCELLED, ErrorValue, McpError
 from ..protocol.records import NO_INPUT_REQUESTS, TaskOutcome, TaskRecord
-from ..protocol.tasks import TaskStatus
+from ..protocol.tasks import TERMINAL, TaskStatus
 from .runtime import Reply
 from .trace import Tracer
 
@@ -167,10 +173,26 @@ class _InputState:
         self.used_keys: set[str] = set()
 
 
+class _CancelWait:
+    """A ``tasks/cancel`` answered once the task's end is stored."""
+
+    __slots__ = ("reply",)
+
+    def __init__(self, reply: Reply[tuple[TaskRecord, bool]]) -> None:
+        self.reply = reply
+
+    @property
+    def abandoned(self) -> bool:
+        return self.reply.abandoned
+
+    def fail(self, error: BaseException) -> None:
+        self.reply.fail(error)
+
+
 class TaskActor:
     """One MCP task. Created, fed and stopped by the :class:`~trio_mcp.actors.supervisor.TaskSupervisor`."""
 
-    __slots__ = ("_host", "_input", "_scope", "_stopped", "_waiters", "_work", "record", "watcher")
+    __slots__ = ("_host", "_input", "_scope", "_stopped", "_waiters", "_work", "record", "shown", "watcher")
 
     def __init__(
         self,
@@ -180,12 +202,14 @@ class TaskActor:
         watcher: Callable[[TaskRecord], None] | None = None,
     ) -> None:
         self.record = record
+        self.shown = record
+        """The newest record stored: what clients are shown."""
         self._work = work
         self._host = host
         self.watcher = watcher
         """Told every new record (the creating session sends status notifications from it)."""
         # Made when first needed: most tasks never get a waiter or ask for input.
-        self._waiters: list[Reply[TaskOutcome]] | None = None
+        self._waiters: list[Reply[TaskOutcome] | _CancelWait] | None = None
         self._input: _InputState | None = None
         self._scope = trio.CancelScope()
         self._stopped: ErrorValue | None = None
@@ -302,9 +326,40 @@ class TaskActor:
         self._set(self.record.settle(outcome, now=self._host.clock(), status=status))
         if self._input is not None:
             self._input.pending = {}  # the work has ended: its open input requests are forgotten
-        waiters, self._waiters = self._waiters or (), None
-        for waiter in waiters:
-            waiter.send(outcome)
+
+    def stored(self, record: TaskRecord) -> None:
+        """``record`` (this actor's, or a newer one) is stored: clients see it from now on.
+        Once it is the task's end, every waiter is answered from it."""
+        self.shown = record
+        if record.status in TERMINAL:
+            waiters, self._waiters = self._waiters, None
+            if waiters:
+                outcome = record.outcome
+                assert outcome is not None  # a terminal record has one
+                for waiter in waiters:
+                    if isinstance(waiter, _CancelWait):
+                        waiter.reply.send((record, record.status is not TaskStatus.CANCELLED))
+                    else:
+                        waiter.send(outcome)
+
+    def adopt(self, record: TaskRecord) -> None:
+        """The store says the task ended elsewhere (cancelled through another process, failed
+        by a lease sweep): the work stops, and the task is what the store says."""
+        self._scope.cancel()
+        if self._input is not None:
+            self._input.pending = {}
+        self.record = record
+        self.stored(record)
+
+    def _wait(self, waiter: Reply[TaskOutcome] | _CancelWait) -> None:
+        waiters = self._waiters
+        if waiters is None:
+            waiters = self._waiters = []
+        elif len(waiters) >= _PRUNE_FROM and not len(waiters) & (len(waiters) - 1):
+            # At each power of two, drop waiters whose askers gave up: a client that
+            # asks for the result and cancels, again and again, grows nothing.
+            waiters[:] = [waiter for waiter in waiters if not waiter.abandoned]
+        waiters.append(waiter)
 
     # -- the work: a Trio task the supervisor spawns on Start -------------------------------
     async def run_work(self, on_crash: Callable[[TaskActor, BaseException], None]) -> None:
@@ -377,8 +432,8 @@ class TaskActor:
         )
 
     def current(self) -> TaskRecord | ErrorValue:
-        """What a :class:`Poll` is answered: the record, or the error once stopped."""
-        return self.record if self._stopped is None else self._stopped
+        """What a :class:`Poll` is answered: the stored record, or the error once stopped."""
+        return self.shown if self._stopped is None else self._stopped
 
     # -- messages (synchronous: each runs to completion) ------------------------------------
     def receive(self, message: Poll | AwaitResult | Cancel | ProvideInput | Stop) -> None:
@@ -387,23 +442,19 @@ class TaskActor:
             if not isinstance(message, Stop):
                 message.reply.fail(self._stopped.exception())
         elif isinstance(message, Poll):
-            message.reply.send(self.record)
+            message.reply.send(self.shown)
         elif isinstance(message, AwaitResult):
-            outcome = self.record.outcome
+            outcome = self.shown.outcome
             if outcome is not None:
                 message.reply.send(outcome)
             else:
-                waiters = self._waiters
-                if waiters is None:
-                    waiters = self._waiters = []
-                elif len(waiters) >= _PRUNE_FROM and not len(waiters) & (len(waiters) - 1):
-                    # At each power of two, drop waiters whose askers gave up: a client that
-                    # asks for the result and cancels, again and again, grows nothing.
-                    waiters[:] = [waiter for waiter in waiters if not waiter.abandoned]
-                waiters.append(message.reply)
+                self._wait(message.reply)
         elif isinstance(message, Cancel):
             if self.record.is_terminal:
-                message.reply.send((self.record, True))
+                if self.shown.is_terminal:
+                    message.reply.send((self.shown, True))
+                else:
+                    self._wait(_CancelWait(message.reply))  # answered once its end is stored
                 return
             self._scope.cancel()
             reason = message.reason
@@ -413,7 +464,11 @@ class TaskActor:
                 else TaskOutcome(error=CANCELLED, failed=True, message=reason)
             )
             self.settle(outcome, TaskStatus.CANCELLED)
-            message.reply.send((self.record, False))
+            shown = self.shown
+            if shown.is_terminal:  # stored in place (the memory store)
+                message.reply.send((shown, shown.status is not TaskStatus.CANCELLED))
+            else:
+                self._wait(_CancelWait(message.reply))
         elif isinstance(message, ProvideInput):
             taken: list[str] = []
             for key, value in message.responses.items():
@@ -442,14 +497,10 @@ class TaskActor:
     def crashed(self, failure: ErrorValue, *, now: float) -> None:
         """Settle as ``failed`` with ``failure`` kept, after a crash of this actor. Called by the
         supervisor, which owns a broken actor's state: no callback runs (one may be what broke);
-        the supervisor stores the record itself. Every waiter is answered with the failure."""
+        the supervisor stores the record itself, and every waiter is answered once it is."""
         self._scope.cancel()
-        outcome = TaskOutcome.from_error(failure)
         if not self.record.is_terminal:
-            self.record = self.record.settle(outcome, now=now)
-        waiters, self._waiters = self._waiters or (), None
-        for waiter in waiters:
-            waiter.send(self.record.outcome or outcome)
+            self.record = self.record.settle(TaskOutcome.from_error(failure), now=now)
 
     def __repr__(self) -> str:
         return f"<TaskActor {self.task_id} {self.record.status.value}>"

@@ -173,6 +173,30 @@ class TaskRecord:
             check_transition(self.status, status)
         return self._changed(now, status, message, self.outcome, requests)
 
+    def with_version(self, version: int) -> TaskRecord:
+        """The same record under another ``version`` (a store writer rebasing a change on
+        what its store holds); nothing else changes.
+
+        >>> new_record("t1", "alice", now=0.0, ttl_ms=1000, poll_interval_ms=None).with_version(7).version
+        7
+        """
+        return _build(
+            self.task_id,
+            self.owner,
+            self.status,
+            self.created_at,
+            self.last_updated_at,
+            self.ttl_ms,
+            self.expires_at,
+            self.poll_interval_ms,
+            self.status_message,
+            self.outcome,
+            self.input_requests,
+            version,
+            self.created_text,
+            self.updated_text,
+        )
+
     def settle(self, outcome: TaskOutcome, *, now: float, status: TaskStatus | None = None) -> TaskRecord:
         """The terminal record for ``outcome`` (``failed`` or ``completed`` unless ``status``)."""
         final = status or (TaskStatus.FAILED if outcome.failed else TaskStatus.COMPLETED)
