@@ -81,10 +81,19 @@ class Started:
 
 
 class TaskReceiver:
-    def __init__(self, endpoint: Endpoint, supervisor: TaskSupervisor, owner: str, dialect: Renderer) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        supervisor: TaskSupervisor,
+        owner: str,
+        dialect: Renderer,
+        client: str | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.supervisor = supervisor
         self.owner = owner
+        self.client = client
+        """Whom the owner's tasks count under for the per-client limits (None: the owner)."""
         self.dialect = dialect
         """The connection's own dialect: what renders when a call names none."""
         self._own_notifier: Callable[[TaskRecord], None] | None = None
@@ -103,7 +112,7 @@ class TaskReceiver:
         renderer = dialect or self.dialect
         reply: Reply[TaskRecord] = Reply()
         notify = watcher if watcher is not None else self._notifier(renderer)
-        self.supervisor.create(create_task(self.owner, work, ttl_ms, notify, reply))
+        self.supervisor.create(create_task(self.owner, work, ttl_ms, notify, reply, self.client))
 
         def render(record: TaskRecord) -> Rendered:
             return renderer.created_json(record, immediate_response)

@@ -459,6 +459,7 @@ class SessionActor(Endpoint):
         *,
         owner: str | None = None,
         idle_timeout: float | None = None,
+        client: str | None = None,
     ) -> None:
         self.connection_owned = owner is None
         self.owner: str = owner if owner is not None else connection_owner()
@@ -481,7 +482,7 @@ class SessionActor(Endpoint):
         self._tasks_dropped = False
         self._subscribed: set[str] = set()  # resources/subscribe (handshake era)
         self._listeners: dict[jsonrpc.RequestId, _Listener] = {}  # subscriptions/listen streams
-        self.receiver = TaskReceiver(self, supervisor, self.owner, self.dialect)
+        self.receiver = TaskReceiver(self, supervisor, self.owner, self.dialect, client)
         self.client_tasks = TaskRequestor(self)
         """Follow the tasks this session's client runs for the server (see Context.elicit_task)."""
         self._nursery: trio.Nursery | None = None

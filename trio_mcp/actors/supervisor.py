@@ -124,6 +124,13 @@ class TaskLimits:
     max_tasks_per_owner: int = 20_000
     """Tasks one owner may have kept at once, finished ones included (each keeps its result
     until its TTL ends): past it, creation fails until some expire."""
+    max_live_tasks_per_client: int = 20_000
+    """Non-terminal tasks of one client at once, all its owners together. A client is a peer
+    address (every unauthenticated connection from it is an owner of its own) or an
+    authenticated identity; kept below :attr:`max_live_tasks`, so that no one client can fill
+    the server for the others."""
+    max_tasks_per_client: int = 40_000
+    """Tasks one client may have kept at once (finished ones included), below :attr:`max_tasks`."""
     max_live_tasks: int = 100_000
     """Non-terminal tasks of all owners together, in this process."""
     max_tasks: int = 200_000
@@ -157,10 +164,13 @@ class CreateTask:
     ttl_ms: int | None
     watcher: Callable[[TaskRecord], None] | None
     reply: Reply[TaskRecord]
+    client: str | None = None
+    """Whom the owner counts under for the per-client limits (a peer address); None: the
+    owner itself."""
 
 
 create_task = slot_builder(CreateTask)
-"""``CreateTask(...)`` of all five fields, positionally (every task creation)."""
+"""``CreateTask(...)`` of all six fields, positionally (every task creation)."""
 
 
 @attrs.frozen
@@ -345,6 +355,11 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         )
         self._remote_waiters: dict[str, list[Reply[TaskOutcome]]] = {}
         self._kept: dict[str, int] = {}  # tasks kept per owner (created here, not yet removed)
+        # Owners counted under a client other than themselves (while they keep tasks), and
+        # each such client's live and kept tasks.
+        self._client_of: dict[str, str] = {}
+        self._client_live: dict[str, int] = {}
+        self._client_kept: dict[str, int] = {}
         self._owner_of: dict[str, str] = {}
         self._timer = trio.CancelScope()
         self._timer_deadline = math.inf  # the timer's deadline (a property of Trio's, read per creation)
@@ -458,7 +473,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self.mailbox.put(_DropOwner(owner), system=True)
 
     # -- creation -------------------------------------------------------------------------
-    def _refusal(self, owner: str) -> ErrorValue | None:
+    def _refusal(self, owner: str, client: str | None) -> ErrorValue | None:
         limits = self.limits
         if self.live_count(owner) >= limits.max_live_tasks_per_owner:
             return ErrorValue(
@@ -471,6 +486,18 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 f"Too many tasks kept: at most {limits.max_tasks_per_owner} per requestor, finished ones "
                 "included, until they expire",
             )
+        if client is not None and client != owner:
+            if self._client_live.get(client, 0) >= limits.max_live_tasks_per_client:
+                return ErrorValue(
+                    TASK_LIMIT_REACHED,
+                    f"Too many live tasks: at most {limits.max_live_tasks_per_client} per client",
+                )
+            if self._client_kept.get(client, 0) >= limits.max_tasks_per_client:
+                return ErrorValue(
+                    TASK_LIMIT_REACHED,
+                    f"Too many tasks kept: at most {limits.max_tasks_per_client} per client, finished ones "
+                    "included, until they expire",
+                )
         if self._live_total >= limits.max_live_tasks or len(self._owner_of) >= limits.max_tasks:
             return ErrorValue(TASK_LIMIT_REACHED, "Server at capacity: too many tasks; retry later")
         return None
@@ -509,7 +536,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         message.reply.fail(error.exception())
 
     def _new_task(self, message: CreateTask) -> TaskRecord | None:
-        refusal = self._refusal(message.owner)
+        refusal = self._refusal(message.owner, message.client)
         if refusal is not None:
             message.reply.fail(refusal.exception())
             return None
@@ -537,6 +564,11 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         live[task_id] = None
         self._live_total += 1
         self._kept[owner] = self._kept.get(owner, 0) + 1
+        client = message.client
+        if client is not None and client != owner:
+            self._client_of[owner] = client
+            self._client_live[client] = self._client_live.get(client, 0) + 1
+            self._client_kept[client] = self._client_kept.get(client, 0) + 1
         self._owner_of[task_id] = owner
         due = self._expiries.add(task_id, self._trio_now() + ttl / 1000)
         if due < self._timer_deadline:
@@ -835,11 +867,12 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         """A removal's first half: the task leaves the supervisor's tables, its actor (if it
         has one here) is stopped with ``error``."""
         self._watchers.pop(task_id, None)
-        if self._forget_kept(task_id):
-            self._compact_deadlines()
         actor = self._actors.pop(task_id, None)
         if actor is not None:
-            self._forget_live(actor.record.owner, task_id)
+            self._forget_live(actor.record.owner, task_id)  # before kept: it may end the owner's client
+        if self._forget_kept(task_id):
+            self._compact_deadlines()
+        if actor is not None:
             self._deliver(actor, Stop(error))
         return actor
 
@@ -903,6 +936,9 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self._live_total -= 1
             if not live:
                 del self._live[owner]
+            client = self._client_of.get(owner)
+            if client is not None:
+                _count_down(self._client_live, client)
 
     def _forget_kept(self, task_id: str) -> bool:
         """The task is no longer kept here; False if it was not."""
@@ -914,6 +950,11 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self._kept[owner] = left
         else:
             del self._kept[owner]
+        client = self._client_of.get(owner)
+        if client is not None:
+            _count_down(self._client_kept, client)
+            if not left:
+                del self._client_of[owner]
         return True
 
     # -- crashes --------------------------------------------------------------------------
@@ -1104,3 +1145,11 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self._compact_deadlines()
             if due:
                 self.mailbox.put(_Expire(tuple(due)), system=True)
+
+
+def _count_down(counts: dict[str, int], key: str) -> None:
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]

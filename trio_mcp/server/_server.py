@@ -997,17 +997,24 @@ class ServerRuntime:
                 await trio.sleep(0.01)  # bounded, once, at the end of the process
 
     async def serve(
-        self, transport: Transport, *, owner: str | None = None, idle_timeout: float | None = None
+        self,
+        transport: Transport,
+        *,
+        owner: str | None = None,
+        idle_timeout: float | None = None,
+        client: str | None = None,
     ) -> None:
         """Run a session actor on ``transport`` until the peer hangs up (or, with
         ``idle_timeout``, stays silent that long with nothing outstanding).
 
         Tasks belong to ``owner``, a string identity (default: one minted for this connection).
         Connection-owned tasks are cancelled and removed when the connection closes; tasks of
-        an explicit owner (an authenticated identity) outlive it.
+        an explicit owner (an authenticated identity) outlive it. ``client`` is whom the
+        owner's tasks count under for the per-client limits (:class:`TaskLimits`): the peer's
+        address for a connection without an identity (default: the owner itself).
         """
         session = SessionActor(
-            self.server, self.supervisor, transport, owner=owner, idle_timeout=idle_timeout
+            self.server, self.supervisor, transport, owner=owner, idle_timeout=idle_timeout, client=client
         )
         self.sessions.add(session)
         try:

@@ -203,13 +203,14 @@ async def serve_websocket(
 
     async with open_runtime(server_or_runtime) as runtime:
 
-        async def run_session(transport: WebSocketTransport, owner: str | None) -> None:
+        async def run_session(transport: WebSocketTransport, owner: str | None, address: str) -> None:
             log.debug("websocket session %s started (owner %r)", transport.connection, owner)
             async with trio.open_nursery() as nursery:
                 if ping_interval is not None:
                     assert pong_wait is not None
                     nursery.start_soon(_keep_alive, transport, nursery.cancel_scope, ping_interval, pong_wait)
-                await runtime.serve(transport, owner=owner, idle_timeout=idle_timeout)
+                client = None if owner is not None else f"address:{address}"
+                await runtime.serve(transport, owner=owner, idle_timeout=idle_timeout, client=client)
                 nursery.cancel_scope.cancel()
             log.debug("websocket session %s ended", transport.connection)
 
@@ -228,13 +229,13 @@ async def serve_websocket(
                 return  # closed by handle_stream without reading it
             connections[address] = connections.get(address, 0) + 1
             try:
-                await _serve_accepted(stream)
+                await _serve_accepted(stream, address)
             finally:
                 connections[address] -= 1
                 if not connections[address]:
                     del connections[address]
 
-        async def _serve_accepted(stream: trio.abc.Stream) -> None:
+        async def _serve_accepted(stream: trio.abc.Stream, address: str) -> None:
             async with reader_nursery() as readers:
                 accepted = None
                 with trio.move_on_after(handshake_timeout):
@@ -252,7 +253,7 @@ async def serve_websocket(
                 connection, owner = accepted
                 transport = WebSocketTransport(connection, max_message_size=max_message_size)
                 try:
-                    await run_session(transport, owner)
+                    await run_session(transport, owner, address)
                 finally:
                     with trio.CancelScope(shield=True):
                         await transport.aclose()
