@@ -28,11 +28,12 @@ $(SDK2_STAMP):
 	$(SDK2_VENV)/bin/python -m pip install -q "mcp==$(SDK2_VERSION)"
 	touch $(SDK2_STAMP)
 
+# The tests marked every_store run again on the JSON, SQLite and Redis stores.
 pytest: $(STAMP) $(SDK2_STAMP)
 	$(BIN)/python -m pytest
-	$(BIN)/python -m pytest --task-store=json tests/test_tasks.py tests/test_input_required.py tests/test_client_tasks.py tests/test_testing_kit.py tests/test_session_protocol.py tests/test_docs_testing.py tests/test_docs_guide.py tests/test_runtime.py tests/test_websocket.py tests/test_store_contract.py tests/test_modern_era.py tests/test_modern_client.py
-	$(BIN)/python -m pytest --task-store=sqlite tests/test_tasks.py tests/test_input_required.py tests/test_client_tasks.py tests/test_testing_kit.py tests/test_session_protocol.py tests/test_docs_testing.py tests/test_docs_guide.py tests/test_runtime.py tests/test_websocket.py tests/test_store_contract.py tests/test_modern_era.py tests/test_modern_client.py
-	$(BIN)/python -m pytest --task-store=redis tests/test_tasks.py tests/test_input_required.py tests/test_client_tasks.py tests/test_testing_kit.py tests/test_session_protocol.py tests/test_docs_testing.py tests/test_docs_guide.py tests/test_runtime.py tests/test_websocket.py tests/test_store_contract.py tests/test_modern_era.py tests/test_modern_client.py
+	$(BIN)/python -m pytest --task-store=json -m every_store
+	$(BIN)/python -m pytest --task-store=sqlite -m every_store
+	$(BIN)/python -m pytest --task-store=redis -m every_store
 
 # The official MCP conformance suite against examples/conformance_server.py: Node 22 and the
 # pinned suite are installed once into .cache/conformance/ (needs npm); known failures, each

@@ -20,6 +20,8 @@ from trio_mcp.protocol.messages import (
     ElicitResult,
 )
 
+pytestmark = pytest.mark.every_store  # make test runs it again on each store
+
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}}
 
 

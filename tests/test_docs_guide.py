@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from doc_blocks import aligned_source, python_blocks
+
+pytestmark = pytest.mark.every_store  # make test runs it again on each store
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "guide.md"
 _TEXT = DOC.read_text(encoding="utf-8")

@@ -23,6 +23,8 @@ from trio_mcp.protocol.messages import (
 )
 from trio_mcp.testing import open_harness
 
+pytestmark = pytest.mark.every_store  # make test runs it again on each store
+
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
 
 

@@ -20,6 +20,8 @@ from trio_mcp.protocol.messages import CallToolResult, DetailedTask, ElicitReque
 from trio_mcp.server import serve_websocket
 from trio_mcp.transports.memory import MemoryTransport, memory_transport_pair
 
+pytestmark = pytest.mark.every_store  # make test runs it again on each store
+
 NAME_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 
 server = Server("both-eras", version="2.0", limits=TaskLimits(auto_task_after_ms=1_000))

@@ -24,6 +24,8 @@ import trio
 from trio_mcp import Context, McpError, Server, ServerRuntime, TaskLimits
 from trio_mcp.transports.memory import MemoryTransport, memory_transport_pair
 
+pytestmark = pytest.mark.every_store  # make test runs it again on each store
+
 MODERN = "2026-07-28"
 HANDSHAKE = "2025-11-25"
 PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"

@@ -15,6 +15,8 @@ from trio_mcp.protocol.errors import INTERNAL_ERROR, McpError
 from trio_mcp.protocol.records import TaskOutcome, TaskRecord
 from trio_mcp.protocol.tasks import TaskStatus
 
+pytestmark = pytest.mark.every_store  # make test runs it again on each store
+
 
 async def test_mailbox_is_bounded_fifo_and_wakes_its_reader() -> None:
     box: Mailbox[int] = Mailbox(capacity=2)

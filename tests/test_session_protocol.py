@@ -23,6 +23,8 @@ from trio_mcp.protocol.messages import ProgressParams
 from trio_mcp.protocol.versions import LATEST_VERSION, SUPPORTED_VERSIONS
 from trio_mcp.transports.memory import MemoryTransport
 
+pytestmark = pytest.mark.every_store  # make test runs it again on each store
+
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601

@@ -25,6 +25,8 @@ from trio_mcp.protocol.tasks import TaskStatus
 from trio_mcp.stores import InvalidCursor, MemoryTaskStore, TaskStore
 from trio_mcp.testing import open_harness
 
+pytestmark = pytest.mark.every_store  # make test runs it again on each store
+
 STORES: dict[str, Callable[[], TaskStore]] = {
     "memory": MemoryTaskStore,
     "json": JsonTextTaskStore,

@@ -18,6 +18,8 @@ from trio_mcp.protocol.messages import RELATED_TASK_KEY, ProgressParams, Task
 from trio_mcp.protocol.tasks import TaskStatus
 from trio_mcp.testing import Harness, open_harness
 
+pytestmark = pytest.mark.every_store  # make test runs it again on each store
+
 EPOCH = 1_800_000_000.0  # tasks are stamped EPOCH + mock time
 
 

@@ -36,7 +36,7 @@ from trio_mcp.testing.plugin import HarnessFactory
 HERE = Path(__file__).resolve().parent
 
 # Every async test here runs on an autojump MockClock with deterministic scheduling.
-pytestmark = pytest.mark.trio_mcp
+pytestmark = [pytest.mark.every_store, pytest.mark.trio_mcp]
 
 # ----------------------------------------------------------------------------- fixture tools
 

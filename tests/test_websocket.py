@@ -41,6 +41,8 @@ from trio_mcp.transports.websocket import (
     parse_host_port,
 )
 
+pytestmark = pytest.mark.every_store  # make test runs it again on each store
+
 LIMIT = 4096  # max_message_size of the test servers
 INVALID_PARAMS = -32602
 TOKENS = {"tok-alice": "alice", "tok-bob": "bob"}

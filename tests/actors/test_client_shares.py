@@ -9,6 +9,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from typing import Any
 
+import pytest
 import trio
 
 from trio_mcp import Client, McpError, Server
@@ -17,6 +18,8 @@ from trio_mcp.client import connect, connect_websocket
 from trio_mcp.protocol.errors import TASK_LIMIT_REACHED
 from trio_mcp.server import serve_websocket
 from trio_mcp.transports.memory import memory_transport_pair
+
+pytestmark = pytest.mark.every_store  # make test runs it again on each store
 
 LIMITS = TaskLimits(
     max_live_tasks_per_owner=3,

@@ -22,6 +22,8 @@ from conftest import serve_in_memory
 from trio_mcp import Server, TaskLimits
 from trio_mcp.protocol.errors import TASK_LIMIT_REACHED
 
+pytestmark = pytest.mark.every_store  # make test runs it again on each store
+
 REFUSED = 60
 ARGUMENT_BYTES = 4 * 1024 * 1024
 GROWTH_LIMIT = 16 * 1024 * 1024  # far less than REFUSED * ARGUMENT_BYTES (240 MiB)

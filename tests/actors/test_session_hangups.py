@@ -23,12 +23,15 @@ from functools import partial
 from typing import Any
 
 import attrs
+import pytest
 import trio
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, CloseConnection, Event, Ping, Request, TextMessage
 
 from trio_mcp import Server, ServerRuntime, TaskLimits
 from trio_mcp.server import serve_websocket
+
+pytestmark = pytest.mark.every_store  # make test runs it again on each store
 
 WINDOW = 0.15
 """``auto_task_after_ms`` of the test server, in seconds."""
