@@ -3,7 +3,7 @@
 Each record is stored as ``json.dumps(record_to_json(record))`` and every read parses the text
 back with :func:`record_from_json`, so a record holding anything live (a cancel scope, a waiter,
 an object that is not JSON) fails to be stored, and nothing a caller holds is shared with what
-the store keeps. ``tests/test_store_contract.py`` holds it to the rules of the store module's
+the store keeps. ``tests/stores/test_store_contract.py`` holds it to the rules of the store module's
 docstring, and ``pytest --task-store=json`` runs the task test suite against it.
 
 It is deliberately simple (a test double, not a production store): paging and expiry scan.

@@ -43,7 +43,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import attrs
 import trio
@@ -142,17 +142,18 @@ class StoreWriter:
             await trio.sleep_forever()
 
     # -- what the runtime asks ---------------------------------------------------------------
-    def create(self, record: TaskRecord, done: Callable[[ErrorValue | None], None]) -> None:
-        """Store a new task; ``done(None)`` once it is stored, ``done(error)`` if it could not
-        be within the deadline (then it is deleted in the background, in case it was)."""
+    def create(self, record: TaskRecord, done: Callable[..., None], *context: Any) -> None:
+        """Store a new task; ``done(*context, None)`` once it is stored, ``done(*context,
+        error)`` if it could not be within the deadline (then it is deleted in the background,
+        in case it was)."""
         immediate = self._immediate
         if immediate is not None:
             immediate.create_now(record)
-            done(None)
+            done(*context, None)
             return
         lane = self._lanes[record.task_id] = _Lane(record.task_id, record.version - 1)
         lane.running = True
-        self._spawn(self._create, lane, record, done)
+        self._spawn(self._create, lane, record, partial(done, *context))
 
     def update(self, record: TaskRecord) -> None:
         """Store a change of a task (in order after its earlier ones)."""
@@ -290,6 +291,7 @@ class StoreWriter:
     async def _write(self, lane: _Lane, record: TaskRecord) -> None:
         store = self.store
         delay = self.policy.first_delay
+        conflicts = 0  # refused for another version, the store's record not ended
         while True:
             if lane.want is not None:  # a newer change came meanwhile: it replaces this one
                 record, lane.want = lane.want, None
@@ -317,7 +319,8 @@ class StoreWriter:
                 lane.ended = True
                 self._on_lost(record.task_id, current)
                 return
-            if not ok:  # the store failed (not a conflict): wait before trying again
+            conflicts += ok
+            if not ok or conflicts > 3:  # the store failed, or others keep writing: wait first
                 await trio.sleep(delay)
                 delay = min(delay * 2, self.policy.max_delay)
 

@@ -6,7 +6,7 @@ the TTL timers and the per-owner limits.
 - TTL counts from creation. Absent TTLs get :attr:`TaskLimits.default_ttl_ms`; larger ones are
   clamped to :attr:`TaskLimits.max_ttl_ms` and the real value is reported.
 - One timer loop over the deadlines (not a sleeper per task), filed in millisecond buckets
-  (:mod:`trio_mcp.actors._expiries`: a task expires at most 1 ms after its TTL, never
+  (:mod:`trio_mcp.protocol._expiries`: a task expires at most 1 ms after its TTL, never
   before); ids of removed tasks are forgotten. At expiry a task's work is cancelled if still
   running, its record is deleted, and any ``tasks/result`` waiter is answered with -32602
   "Task has expired".
@@ -43,8 +43,9 @@ import attrs
 import trio
 
 from ..protocol._frozen import slot_builder
-from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, TASK_LIMIT_REACHED, ErrorValue
+from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, ErrorValue
 from ..protocol.records import TaskOutcome, TaskRecord, new_record
+from ..protocol.table import TaskLimits, TaskTable
 from ..protocol.tasks import TERMINAL, TaskStatus
 from ..stores.base import (
     DurableTaskStore,
@@ -55,7 +56,6 @@ from ..stores.base import (
     TaskStore,
 )
 from ..stores.memory import MemoryTaskStore
-from ._expiries import Expiries
 from ._writer import RetryPolicy, StoreWriter
 from .runtime import Actor, Reply
 from .task_actor import (
@@ -107,50 +107,6 @@ class _TaskIds:
             self._pool, start = base64.urlsafe_b64encode(os.urandom(self.SIZE * self.BATCH)).decode(), 0
         self._taken = start + self.LENGTH
         return self._pool[start : start + self.LENGTH]
-
-
-@attrs.frozen
-class TaskLimits:
-    """The documented task policy of a server. All durations in milliseconds."""
-
-    default_ttl_ms: int = 60 * 60 * 1000
-    """TTL of a task whose request named none: one hour."""
-    max_ttl_ms: int = 24 * 60 * 60 * 1000
-    """Longest TTL granted: one day. Longer requests are clamped to it."""
-    poll_interval_ms: int = 500
-    """Suggested polling interval reported in every task."""
-    max_live_tasks_per_owner: int = 10_000
-    """Non-terminal tasks one owner may have at once."""
-    max_tasks_per_owner: int = 20_000
-    """Tasks one owner may have kept at once, finished ones included (each keeps its result
-    until its TTL ends): past it, creation fails until some expire."""
-    max_live_tasks_per_client: int = 20_000
-    """Non-terminal tasks of one client at once, all its owners together. A client is a peer
-    address (every unauthenticated connection from it is an owner of its own) or an
-    authenticated identity; kept below :attr:`max_live_tasks`, so that no one client can fill
-    the server for the others."""
-    max_tasks_per_client: int = 40_000
-    """Tasks one client may have kept at once (finished ones included), below :attr:`max_tasks`."""
-    max_live_tasks: int = 100_000
-    """Non-terminal tasks of all owners together, in this process."""
-    max_tasks: int = 200_000
-    """Tasks of all owners together kept by this process, finished ones included."""
-    max_result_bytes: int = 8 * 1024 * 1024
-    """Largest result a task keeps (its JSON size): a larger one fails the task with -32603,
-    so a finished task never holds more than this. Together with ``max_tasks_per_owner`` it
-    bounds what one owner can make the server keep."""
-    list_page_size: int = 100
-    """Tasks per ``tasks/list`` page."""
-    auto_task_after_ms: int = 1_000
-    """Modern era, client with the tasks extension: a ``task_support="optional"`` tool still
-    running after this long is answered with a task (``CreateTaskResult``); one that ends
-    sooner, with its plain result. A tool that asks for input within the window becomes a task
-    at once."""
-
-    def grant_ttl(self, requested: int | None) -> int:
-        if requested is None:
-            return self.default_ttl_ms
-        return max(0, min(requested, self.max_ttl_ms))
 
 
 # Messages.
@@ -322,15 +278,9 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self.store: TaskStore = store if store is not None else MemoryTaskStore()
         self.wall_clock = wall_clock
         self._actors: dict[str, TaskActor] = {}
-        # The ids of each owner's live tasks. A dict used as an insertion-ordered set: at ten
-        # thousand entries a dict costs some 30 bytes an entry, a set over 50.
-        self._live: dict[str, dict[str, None]] = {}
-        # When every task created here expires, in Trio's time. A task's deadline is set once,
-        # so its filed id is current while the task is kept (in ``_owner_of``); the ids of
-        # removed tasks are dropped lazily (``_compact_deadlines``).
-        self._expiries = Expiries()
+        self.table = TaskTable(self.limits)
+        """Every decision about this process's tasks (sans-IO: :mod:`trio_mcp.protocol.table`)."""
         self._watchers: dict[str, list[Callable[[TaskRecord], None]]] = {}
-        self._live_total = 0
         self._new_id = _TaskIds()
         self.origin = secrets.token_hex(8)
         """This process's name among those sharing the store."""
@@ -354,13 +304,6 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             wall_clock=wall_clock,
         )
         self._remote_waiters: dict[str, list[Reply[TaskOutcome]]] = {}
-        self._kept: dict[str, int] = {}  # tasks kept per owner (created here, not yet removed)
-        # Owners counted under a client other than themselves (while they keep tasks), and
-        # each such client's live and kept tasks.
-        self._client_of: dict[str, str] = {}
-        self._client_live: dict[str, int] = {}
-        self._client_kept: dict[str, int] = {}
-        self._owner_of: dict[str, str] = {}
         self._timer = trio.CancelScope()
         self._timer_deadline = math.inf  # the timer's deadline (a property of Trio's, read per creation)
         self._nursery: trio.Nursery | None = None
@@ -375,12 +318,13 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self._changed,
             tracer if tracer is not no_trace else None,
             self.limits.max_result_bytes,
+            self.table.keep_result,
         )
         self._crash_reporter = self._on_crash
 
     def live_count(self, owner: str) -> int:
         """Non-terminal tasks of ``owner`` running in this process."""
-        return len(self._live.get(owner, ()))
+        return self.table.live_count(owner)
 
     @property
     def actors(self) -> int:
@@ -416,7 +360,10 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         answer; with a store that never waits (the memory store) it runs here, in order."""
         serve = self._serve
         if isinstance(message, Route):
-            if isinstance(message.message, Start) or message.task_id in self._actors:
+            inner = message.message
+            if isinstance(inner, Start) or (
+                message.task_id in self._actors and not (self._shared is not None and isinstance(inner, Poll))
+            ):
                 self._route_live(message)
             else:
                 await serve(self._route, message)
@@ -465,43 +412,14 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         """Cancel every running task of ``owner`` now, in the caller's Trio task, and forget all
         its tasks (records are deleted next, in order). For a connection that closed: its
         running work is cancelled before its pending requests fail."""
-        for task_id in list(self._live.get(owner, ())):
+        for task_id in self.table.live_ids(owner):
             actor = self._actors.pop(task_id, None)
-            self._forget_live(owner, task_id)
+            self.table.ended(task_id)
             if actor is not None:
                 self._deliver(actor, Stop(GONE))
         self.mailbox.put(_DropOwner(owner), system=True)
 
     # -- creation -------------------------------------------------------------------------
-    def _refusal(self, owner: str, client: str | None) -> ErrorValue | None:
-        limits = self.limits
-        if self.live_count(owner) >= limits.max_live_tasks_per_owner:
-            return ErrorValue(
-                TASK_LIMIT_REACHED,
-                f"Too many live tasks: at most {limits.max_live_tasks_per_owner} per requestor",
-            )
-        if self._kept.get(owner, 0) >= limits.max_tasks_per_owner:
-            return ErrorValue(
-                TASK_LIMIT_REACHED,
-                f"Too many tasks kept: at most {limits.max_tasks_per_owner} per requestor, finished ones "
-                "included, until they expire",
-            )
-        if client is not None and client != owner:
-            if self._client_live.get(client, 0) >= limits.max_live_tasks_per_client:
-                return ErrorValue(
-                    TASK_LIMIT_REACHED,
-                    f"Too many live tasks: at most {limits.max_live_tasks_per_client} per client",
-                )
-            if self._client_kept.get(client, 0) >= limits.max_tasks_per_client:
-                return ErrorValue(
-                    TASK_LIMIT_REACHED,
-                    f"Too many tasks kept: at most {limits.max_tasks_per_client} per client, finished ones "
-                    "included, until they expire",
-                )
-        if self._live_total >= limits.max_live_tasks or len(self._owner_of) >= limits.max_tasks:
-            return ErrorValue(TASK_LIMIT_REACHED, "Server at capacity: too many tasks; retry later")
-        return None
-
     def create(self, message: CreateTask) -> None:
         """Create a task for ``message.owner``; its first record, once stored (or the refusal),
         answers ``message.reply``. The task is made now, in the caller's Trio task, unless
@@ -519,7 +437,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         if record is not None:
             actor = self._start_actor(message, record)
             try:
-                self._writer.create(record, functools.partial(self._created, message, actor))
+                self._writer.create(record, self._created, message, actor)
             except Exception as exc:
                 log.error("task store failed to create a task: %r", exc, exc_info=exc)
                 self._created(message, actor, ErrorValue(INTERNAL_ERROR, STORE_FAILED))
@@ -536,7 +454,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         message.reply.fail(error.exception())
 
     def _new_task(self, message: CreateTask) -> TaskRecord | None:
-        refusal = self._refusal(message.owner, message.client)
+        refusal = self.table.refusal(message.owner, message.client)
         if refusal is not None:
             message.reply.fail(refusal.exception())
             return None
@@ -557,20 +475,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self.tracer("task.created", {"task_id": task_id, "status": record.status.value, "ttl": ttl})
             self.tracer("actor.start", {"actor": "TaskActor", "name": task_id})
         self._actors[task_id] = actor
-        owner = message.owner
-        live = self._live.get(owner)
-        if live is None:
-            live = self._live[owner] = {}
-        live[task_id] = None
-        self._live_total += 1
-        self._kept[owner] = self._kept.get(owner, 0) + 1
-        client = message.client
-        if client is not None and client != owner:
-            self._client_of[owner] = client
-            self._client_live[client] = self._client_live.get(client, 0) + 1
-            self._client_kept[client] = self._client_kept.get(client, 0) + 1
-        self._owner_of[task_id] = owner
-        due = self._expiries.add(task_id, self._trio_now() + ttl / 1000)
+        due = self.table.add(task_id, message.owner, message.client, deadline=self._trio_now() + ttl / 1000)
         if due < self._timer_deadline:
             self._timer_deadline = self._timer.deadline = due
         return actor
@@ -586,10 +491,12 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         record in a durable or shared store — goes through the mailbox in order
         (:class:`MailboxFull` when it is full). Answers per task keep their order: a task
         whose actor is here is always answered at once, and its actor is forgotten only
-        after its final record is stored.
+        after its final record is stored. With a store several processes share, a poll is
+        answered from the store even when the task runs here: another process may have ended
+        it (a cancel through it), and no process answers older than the store.
         """
         inner = message.message
-        if not isinstance(inner, Start):
+        if not isinstance(inner, Start) and not (self._shared is not None and isinstance(inner, Poll)):
             actor = self._actors.get(message.task_id)
             if actor is not None:
                 if actor.record.owner == message.owner:
@@ -611,6 +518,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         missing or foreign task is :data:`NOT_FOUND`. None when only the mailbox can tell (a
         durable or shared store). Reading changes nothing, so it keeps every order
         :meth:`deliver` keeps."""
+        if self._shared is not None:
+            return None  # the store answers for every process (see deliver)
         actor = self._actors.get(task_id)
         if actor is not None:
             if actor.record.owner != owner:
@@ -677,6 +586,16 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             inner.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
             return
         actor = self._actors.get(message.task_id)
+        if actor is not None and actor.record.owner == message.owner and isinstance(inner, Poll):
+            # It runs here, and the store says how it stands for every process: a task ended
+            # elsewhere stops here now (a process answers nothing older than the store).
+            if record is None or record.is_terminal:
+                self._on_lost(message.task_id, record)
+            if record is None:
+                inner.reply.fail(EXPIRED.exception())
+            else:
+                inner.reply.send(record)
+            return
         if actor is not None:  # it came here while the store was read
             self._route_live(message)
             return
@@ -819,7 +738,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
     def _changed(self, actor: TaskActor, record: TaskRecord) -> None:
         """An actor is making a change: the writer stores it (clients see it once stored)."""
         if record.status in TERMINAL:
-            self._forget_live(record.owner, record.task_id)
+            self.table.ended(record.task_id)
         self._writer.update(record)
 
     def _on_stored(self, record: TaskRecord) -> None:
@@ -829,7 +748,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         actor = self._actors.get(task_id)
         if actor is None:
             return  # removed meanwhile
-        self._tell(actor, record)
+        if actor.watcher is not None or self._watchers:
+            self._tell(actor, record)
         actor.stored(record)
         if record.status in TERMINAL:
             del self._actors[task_id]  # final and stored: the task is a record now
@@ -840,22 +760,18 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         stored) or gone (it is removed here too)."""
         actor = self._actors.get(task_id)
         if current is None:
-            if task_id in self._owner_of:
+            if task_id in self.table:
                 self._forget_task(task_id, EXPIRED)
                 self._removed(task_id, EXPIRED, None, actor)
             return
         if actor is None:
             return
         log.info("task %s ended elsewhere (%s): its work here stops", task_id, current.status.value)
-        self._forget_live(actor.record.owner, task_id)
+        self.table.ended(task_id)
         self._tell(actor, current)
         actor.adopt(current)
         del self._actors[task_id]
         self._writer.forget(task_id)
-
-    def _compact_deadlines(self) -> None:
-        """Forget the filed ids of removed tasks once they are half of all (amortised O(1))."""
-        self._expiries.compact(self._owner_of)
 
     def _remove(self, task_id: str, error: ErrorValue) -> None:
         """Remove a task: it leaves the tables now (its work is stopped, its waiters answered
@@ -868,10 +784,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         has one here) is stopped with ``error``."""
         self._watchers.pop(task_id, None)
         actor = self._actors.pop(task_id, None)
-        if actor is not None:
-            self._forget_live(actor.record.owner, task_id)  # before kept: it may end the owner's client
-        if self._forget_kept(task_id):
-            self._compact_deadlines()
+        self.table.remove(task_id)
         if actor is not None:
             self._deliver(actor, Stop(error))
         return actor
@@ -929,34 +842,6 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 return
             await self._remove_all([record.task_id for record in records], GONE)
 
-    def _forget_live(self, owner: str, task_id: str) -> None:
-        live = self._live.get(owner)
-        if live is not None and task_id in live:
-            del live[task_id]
-            self._live_total -= 1
-            if not live:
-                del self._live[owner]
-            client = self._client_of.get(owner)
-            if client is not None:
-                _count_down(self._client_live, client)
-
-    def _forget_kept(self, task_id: str) -> bool:
-        """The task is no longer kept here; False if it was not."""
-        owner = self._owner_of.pop(task_id, None)
-        if owner is None:
-            return False
-        left = self._kept[owner] - 1
-        if left:
-            self._kept[owner] = left
-        else:
-            del self._kept[owner]
-        client = self._client_of.get(owner)
-        if client is not None:
-            _count_down(self._client_kept, client)
-            if not left:
-                del self._client_of[owner]
-        return True
-
     # -- crashes --------------------------------------------------------------------------
     def _on_crash(self, actor: TaskActor, error: BaseException) -> None:
         self.mailbox.put(_Crashed(actor, error), system=True)
@@ -975,7 +860,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self.tracer(
                 "task.transition", {"task_id": actor.task_id, "old": old.value, "status": actor.status.value}
             )
-        self._forget_live(actor.record.owner, actor.task_id)
+        self.table.ended(actor.task_id)
         self.mailbox.put(_Changed(actor, actor.record), system=True)
         return failure
 
@@ -1134,22 +1019,12 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self.mailbox.put(_Sweep(), system=True)
 
     async def _expire_loop(self) -> None:
-        expiries = self._expiries
+        table = self.table
         while True:
-            self._timer_deadline = expiries.earliest
+            self._timer_deadline = table.earliest
             self._timer = trio.CancelScope(deadline=self._timer_deadline)
             with self._timer:
                 await trio.sleep_forever()
-            kept = self._owner_of
-            due = [task_id for task_id in expiries.pop_due(trio.current_time()) if task_id in kept]
-            self._compact_deadlines()
+            due = table.pop_due(trio.current_time())
             if due:
                 self.mailbox.put(_Expire(tuple(due)), system=True)
-
-
-def _count_down(counts: dict[str, int], key: str) -> None:
-    left = counts[key] - 1
-    if left:
-        counts[key] = left
-    else:
-        del counts[key]

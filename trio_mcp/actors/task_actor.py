@@ -37,6 +37,7 @@ import trio
 from ..protocol import _json
 from ..protocol.errors import INTERNAL_ERROR, TASK_CANCELLED, ErrorValue, McpError
 from ..protocol.records import NO_INPUT_REQUESTS, TaskOutcome, TaskRecord
+from ..protocol.table import CHARGED_FROM
 from ..protocol.tasks import TERMINAL, TaskStatus
 from .runtime import Reply
 from .trace import Tracer
@@ -157,6 +158,9 @@ class ActorHost:
     """None: no tracing."""
     max_result_bytes: int | None = None
     """A result larger than this (as JSON) fails the task instead; None: no bound."""
+    keep_result: Callable[[str, int], ErrorValue | None] | None = None
+    """Asked whether a finished task (by id) may keep a result of so many bytes: None if it
+    may (it is counted), else the error to end it with (the supervisor's task table)."""
 
 
 class _InputState:
@@ -407,11 +411,16 @@ class TaskActor:
             on_crash(self, exc)
 
     def _bounded(self, outcome: TaskOutcome) -> TaskOutcome:
-        """The outcome to keep: a result over ``max_result_bytes`` (JSON) is replaced by an error."""
-        limit = self._host.max_result_bytes
+        """The outcome to keep: a result over ``max_result_bytes`` (JSON) is replaced by an
+        error, and so is one the host will not keep (``keep_result``: the task table's kept
+        bytes); results under :data:`~trio_mcp.protocol.table.CHARGED_FROM` bytes are not
+        counted."""
+        host = self._host
+        limit = host.max_result_bytes
         result = outcome.result
         if limit is None or result is None:
             return outcome
+        size = -1
         if len(result) == 1:
             # Only one text block (a tool that returned a string): its JSON is at most 12
             # bytes per character (an escaped surrogate pair) and the fixed keys; not encoded.
@@ -421,15 +430,21 @@ class TaskActor:
                 if type(block) is dict and len(block) == 2 and block.get("type") == "text":
                     text = block.get("text")
                     if type(text) is str and 12 * len(text) + 64 <= limit:
-                        return outcome
-        size = len(_json.dumps(result))
-        if size <= limit:
-            return outcome
-        return TaskOutcome.from_error(
-            ErrorValue(
-                INTERNAL_ERROR, f"Internal error: the result ({size} bytes) exceeds the {limit} byte limit"
-            )
-        )
+                        size = len(text) + 64  # what keeping it costs: about its length
+                        if size < CHARGED_FROM:
+                            return outcome
+        if size < 0:
+            size = len(_json.dumps(result))
+            if size > limit:
+                return TaskOutcome.from_error(
+                    ErrorValue(
+                        INTERNAL_ERROR,
+                        f"Internal error: the result ({size} bytes) exceeds the {limit} byte limit",
+                    )
+                )
+        keep = host.keep_result
+        error = keep(self.record.task_id, size) if keep is not None else None
+        return outcome if error is None else TaskOutcome.from_error(error)
 
     def current(self) -> TaskRecord | ErrorValue:
         """What a :class:`Poll` is answered: the stored record, or the error once stopped."""

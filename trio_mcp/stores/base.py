@@ -9,7 +9,7 @@ write and the task table every read: one task's writes reach the store in order,
 tasks' concurrently. A store's abilities are declared by the protocols it implements and read
 once, when the runtime is built (never per call).
 
-Rules every store keeps (``tests/test_store_contract.py`` holds each store to them):
+Rules every store keeps (``tests/stores/test_store_contract.py`` holds each store to them):
 
 - ``create`` adds a record whose id is new; ``get`` returns it, or None.
 - ``update`` is conditional: it replaces the stored record only if the stored ``version`` is

@@ -9,7 +9,7 @@ from doc_blocks import aligned_source, python_blocks
 
 pytestmark = pytest.mark.every_store  # make test runs it again on each store
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "guide.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "guide.md"
 _TEXT = DOC.read_text(encoding="utf-8")
 _BEFORE = set(globals())
 exec(compile(aligned_source(_TEXT), str(DOC), "exec"), globals())

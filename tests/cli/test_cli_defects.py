@@ -4,7 +4,7 @@ commands, realistic task ids in the help, a refused connection reported in one l
 and HTTP, against real servers that require a token), a second signal stopping ``serve``, and
 a nested bad argument value, which the CLI leaves to the server.
 
-(Each command's own exit-code table is tested in ``tests/test_cli.py``, with the other help
+(Each command's own exit-code table is tested in ``tests/cli/test_cli.py``, with the other help
 tests.)
 """
 
@@ -33,7 +33,7 @@ from trio_mcp.cli import ExitCode, cli
 from trio_mcp.cli.app import TasksCommand, tasks
 from trio_mcp.cli.runner import Interrupts, as_cli_error, refusal_error, run_trio
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO_FILE = REPO / "examples" / "demo_server.py"
 PY = sys.executable
 TOKEN = "defects-token"

@@ -108,6 +108,7 @@ PUBLIC_MODULES = [
     "trio_mcp.protocol.request_state",
     "trio_mcp.protocol.schema",
     "trio_mcp.protocol.surface",
+    "trio_mcp.protocol.table",
     "trio_mcp.protocol.tasks",
     "trio_mcp.protocol.versions",
     "trio_mcp.server",

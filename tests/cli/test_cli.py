@@ -51,7 +51,7 @@ from trio_mcp.cli.render import result_lines
 from trio_mcp.protocol.messages import CallToolResult, ElicitRequestParams, ElicitResult, TextContent, Tool
 from trio_mcp.transports.stdio import open_subprocess_transport
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO_FILE = REPO / "examples" / "demo_server.py"
 PY = sys.executable
 STDIO_TARGET = f"{shlex.quote(PY)} {shlex.quote(str(DEMO_FILE))}"

@@ -16,7 +16,7 @@ from tests.doc_blocks import python_blocks
 from trio_mcp import connect_http, connect_stdio, connect_websocket
 from trio_mcp.server import RunOptions, parse_run_args
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def readme_server(directory: Path) -> Path:

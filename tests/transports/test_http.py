@@ -1168,7 +1168,7 @@ async def test_cli_targets_and_serve_option(url: str) -> None:
 
 # ----------------------------------------------------------------------------- docs/http.md
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "http.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "http.md"
 _DOC_TEXT = DOC.read_text(encoding="utf-8")
 _BEFORE = set(globals())
 exec(compile(aligned_source(_DOC_TEXT), str(DOC), "exec"), globals())  # its test_* run here

@@ -30,7 +30,7 @@ from trio_mcp.server import ServerRuntime, serve_websocket
 from trio_mcp.testing import Trace
 from trio_mcp.transports.memory import MemoryTransport, memory_transport_pair
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO = str(REPO / "examples" / "demo_server.py")
 HELLO = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
 

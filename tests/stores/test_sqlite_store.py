@@ -1,4 +1,4 @@
-"""The SQLite store beyond the shared contract (``tests/test_store_contract.py`` runs that on it):
+"""The SQLite store beyond the shared contract (``tests/stores/test_store_contract.py`` runs that on it):
 restarts, recovery, threads, transactions, cancellation, and a server killed with SIGKILL."""
 
 from __future__ import annotations

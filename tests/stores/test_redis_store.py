@@ -1,4 +1,4 @@
-"""The Redis store beyond the shared contract (``tests/test_store_contract.py`` runs that on it):
+"""The Redis store beyond the shared contract (``tests/stores/test_store_contract.py`` runs that on it):
 events between processes, leases, Redis TTLs, an unreachable or frozen server, URLs.
 
 Every test runs against a real server (``tests/redis_server.py``): the shared one under a fresh

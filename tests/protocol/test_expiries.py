@@ -1,4 +1,4 @@
-"""The supervisor's expiry table (``trio_mcp/actors/_expiries.py``) against a plain model.
+"""The supervisor's expiry table (``trio_mcp/protocol/_expiries.py``) against a plain model.
 
 What a server relies on: a task is handed back for expiry once, never before its deadline and
 at most a millisecond after it; earlier deadlines come first; a removed task's id is dropped
@@ -12,7 +12,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_mcp.actors._expiries import Expiries
+from trio_mcp.protocol._expiries import Expiries
 
 # Trio's clock starts at a large random offset: deadlines are big floats.
 OFFSET = 123_456.789

@@ -11,7 +11,7 @@ import trio
 from trio_mcp import connect
 from trio_mcp.transports.stdio import open_subprocess_transport
 
-DEMO = [sys.executable, str(Path(__file__).resolve().parents[1] / "examples" / "demo_server.py")]
+DEMO = [sys.executable, str(Path(__file__).resolve().parents[2] / "examples" / "demo_server.py")]
 
 
 async def test_server_exits_promptly_on_stdin_eof_cancelling_running_tasks() -> None:

@@ -20,7 +20,7 @@ import pytest
 
 from trio_mcp import Server, connect_in_memory
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load_script() -> ModuleType:

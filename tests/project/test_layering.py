@@ -26,7 +26,7 @@ from collections.abc import Iterator
 import attrs
 import pytest
 
-PACKAGE_DIR = pathlib.Path(__file__).resolve().parent.parent / "trio_mcp"
+PACKAGE_DIR = pathlib.Path(__file__).resolve().parents[2] / "trio_mcp"
 ROOT = "trio_mcp"
 LAYERS = ("protocol", "transports", "stores", "actors", "server", "client", "cli", "testing")
 

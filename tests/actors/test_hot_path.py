@@ -150,7 +150,7 @@ def test_a_result_over_the_size_limit_is_refused_whether_or_not_it_is_measured(
     # A one-text-block result is let through without being encoded only when even its
     # largest possible JSON fits; otherwise its encoded size decides, as for any result.
     actor = TaskActor.__new__(TaskActor)
-    actor._host = type("Host", (), {"max_result_bytes": limit})()  # type: ignore[assignment]
+    actor._host = type("Host", (), {"max_result_bytes": limit, "keep_result": None})()  # type: ignore[assignment]
     outcome = TaskOutcome(result={"content": [{"type": "text", "text": text, **extra}]})
     kept = actor._bounded(outcome)
     fits = len(_json.dumps(outcome.result)) <= limit

@@ -1,0 +1,215 @@
+"""The store writer (``trio_mcp/actors/_writer.py``) against a store that fails, stalls and is
+written by others: nothing is dropped, a task's writes stay in order, conflicts are merged by
+the documented precedence, and one task's slow write holds up no other's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from trio_mcp.actors._writer import STORE_UNAVAILABLE, RetryPolicy, StoreWriter
+from trio_mcp.protocol.errors import ErrorValue
+from trio_mcp.protocol.records import TaskOutcome, TaskRecord, new_record
+from trio_mcp.protocol.tasks import TaskStatus
+from trio_mcp.stores.memory import MemoryTaskStore
+
+
+class FlakyStore:
+    """A store that waits (not an ImmediateTaskStore): the records of a memory store behind
+    async calls that can be made to fail or stall, per task."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryTaskStore()
+        self.failures: dict[str, int] = {}  # task id -> calls still to fail
+        self.stalled: set[str] = set()  # task ids whose calls wait until released
+        self.released = trio.Event()
+        self.updates: list[tuple[str, int, str]] = []  # (task id, version, status) stored
+
+    async def _gate(self, task_id: str) -> None:
+        await trio.lowlevel.checkpoint()
+        if task_id in self.stalled:
+            await self.released.wait()
+        left = self.failures.get(task_id, 0)
+        if left:
+            self.failures[task_id] = left - 1
+            raise OSError(f"store down for {task_id}")
+
+    async def create(self, record: TaskRecord) -> None:
+        await self._gate(record.task_id)
+        self.inner.create_now(record)
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        await trio.lowlevel.checkpoint()
+        return self.inner.peek(task_id)
+
+    async def update(self, record: TaskRecord) -> bool:
+        await self._gate(record.task_id)
+        done = self.inner.update_now(record)
+        if done:
+            self.updates.append((record.task_id, record.version, record.status.value))
+        return done
+
+    async def delete(self, task_id: str) -> TaskRecord | None:
+        await self._gate(task_id)
+        return self.inner.delete_now(task_id)
+
+    async def page(self, owner: str, cursor: str | None, limit: int) -> tuple[list[TaskRecord], str | None]:
+        return await self.inner.page(owner, cursor, limit)
+
+    async def due(self, now: float, limit: int) -> list[TaskRecord]:
+        return await self.inner.due(now, limit)
+
+
+class Seen:
+    def __init__(self) -> None:
+        self.stored: list[TaskRecord] = []
+        self.lost: list[tuple[str, TaskRecord | None]] = []
+        self.created: list[ErrorValue | None] = []
+
+    def on_stored(self, record: TaskRecord) -> None:
+        self.stored.append(record)
+
+    def on_lost(self, task_id: str, current: TaskRecord | None) -> None:
+        self.lost.append((task_id, current))
+
+
+def _record(task_id: str) -> TaskRecord:
+    return new_record(task_id, "alice", now=0.0, ttl_ms=60_000, poll_interval_ms=None)
+
+
+async def _writer(nursery: trio.Nursery, store: FlakyStore, seen: Seen) -> StoreWriter:
+    writer = StoreWriter(
+        store, on_stored=seen.on_stored, on_lost=seen.on_lost, policy=RetryPolicy(timeout=1.0)
+    )
+    await nursery.start(writer.run)
+    return writer
+
+
+async def _create(writer: StoreWriter, seen: Seen, record: TaskRecord) -> None:
+    writer.create(record, seen.created.append)
+    await trio.testing.wait_all_tasks_blocked()
+
+
+async def test_a_failing_write_is_retried_until_stored_and_the_newest_change_wins(
+    autojump_clock: Any,
+) -> None:
+    store, seen = FlakyStore(), Seen()
+    async with trio.open_nursery() as nursery:
+        writer = await _writer(nursery, store, seen)
+        first = _record("t1")
+        await _create(writer, seen, first)
+        assert seen.created == [None]
+        store.failures["t1"] = 12  # down for a while: 12 attempts fail, with backoff
+        working = first.with_message("step 1", now=1.0)
+        writer.update(working)
+        done = working.settle(TaskOutcome(result={"content": []}), now=2.0)
+        writer.update(done)  # made while the first is being retried: merged into it
+        await trio.sleep(60)  # twelve attempts with a backoff doubling to 2 s
+        assert not writer.pending
+        stored = store.inner.peek("t1")
+        assert stored is not None and stored.status == TaskStatus.COMPLETED and stored.outcome == done.outcome
+        assert seen.stored[-1] is done  # shown once stored, and only then
+        assert [status for _, _, status in store.updates] in (["completed"], ["working", "completed"])
+        assert all(r.status != TaskStatus.COMPLETED for r in seen.stored[:-1])
+        nursery.cancel_scope.cancel()
+
+
+async def test_nothing_is_shown_before_it_is_stored(autojump_clock: Any) -> None:
+    store, seen = FlakyStore(), Seen()
+    async with trio.open_nursery() as nursery:
+        writer = await _writer(nursery, store, seen)
+        first = _record("t1")
+        await _create(writer, seen, first)
+        store.stalled.add("t1")
+        done = first.settle(TaskOutcome(result={"content": []}), now=1.0)
+        writer.update(done)
+        await trio.sleep(30)
+        assert seen.stored == []  # the store has not taken it: no one is told
+        store.stalled.clear()
+        store.released.set()
+        await trio.sleep(5)
+        assert seen.stored == [done]
+        nursery.cancel_scope.cancel()
+
+
+async def test_one_tasks_stalled_write_holds_up_no_other_task(autojump_clock: Any) -> None:
+    store, seen = FlakyStore(), Seen()
+    async with trio.open_nursery() as nursery:
+        writer = await _writer(nursery, store, seen)
+        slow, quick = _record("slow"), _record("quick")
+        await _create(writer, seen, slow)
+        await _create(writer, seen, quick)
+        store.stalled.add("slow")
+        writer.update(slow.with_message("x", now=1.0))
+        writer.update(quick.with_message("y", now=1.0))
+        await trio.sleep(0.1)
+        assert [r.task_id for r in seen.stored] == ["quick"]
+        store.released.set()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_terminal_record_written_elsewhere_stands(autojump_clock: Any) -> None:
+    store, seen = FlakyStore(), Seen()
+    async with trio.open_nursery() as nursery:
+        writer = await _writer(nursery, store, seen)
+        first = _record("t1")
+        await _create(writer, seen, first)
+        # Another process cancels it (a conditional update on the stored version).
+        cancelled = first.settle(
+            TaskOutcome(failed=True, message="stop"), now=1.0, status=TaskStatus.CANCELLED
+        )
+        assert store.inner.update_now(cancelled)
+        # The runner, not knowing, completes it: its write conflicts, and the cancel stands.
+        writer.update(first.settle(TaskOutcome(result={"content": []}), now=2.0))
+        await trio.sleep(1)
+        assert seen.lost == [("t1", cancelled)] and seen.stored == []
+        assert store.inner.peek("t1") == cancelled
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_change_over_another_non_terminal_version_is_rebased_and_written(autojump_clock: Any) -> None:
+    store, seen = FlakyStore(), Seen()
+    async with trio.open_nursery() as nursery:
+        writer = await _writer(nursery, store, seen)
+        first = _record("t1")
+        await _create(writer, seen, first)
+        assert store.inner.update_now(first.with_message("someone else", now=0.5))  # version 1
+        mine = first.with_message("mine", now=1.0)  # also version 1
+        writer.update(mine)
+        await trio.sleep(1)
+        stored = store.inner.peek("t1")
+        assert stored is not None and stored.status_message == "mine" and stored.version == 2
+        assert seen.stored == [mine]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_creation_the_store_cannot_take_in_time_is_refused_and_removed(autojump_clock: Any) -> None:
+    store, seen = FlakyStore(), Seen()
+    async with trio.open_nursery() as nursery:
+        writer = await _writer(nursery, store, seen)
+        store.failures["t1"] = 1_000_000  # down for good, for this task
+        writer.create(_record("t1"), seen.created.append)
+        await trio.sleep(1.5)
+        assert seen.created == [STORE_UNAVAILABLE]  # within the deadline (1 s), plus a backoff step
+        store.failures["t1"] = 0
+        store.inner.create_now(_record("t1"))  # suppose one attempt had been stored after all
+        await trio.sleep(5)
+        assert store.inner.peek("t1") is None  # the writer made sure it is not
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("gone_by", ["delete", "expiry elsewhere"])
+async def test_a_write_of_a_record_that_is_gone_tells_the_runtime(autojump_clock: Any, gone_by: str) -> None:
+    store, seen = FlakyStore(), Seen()
+    async with trio.open_nursery() as nursery:
+        writer = await _writer(nursery, store, seen)
+        first = _record("t1")
+        await _create(writer, seen, first)
+        store.inner.delete_now("t1")
+        writer.update(first.with_message("x", now=1.0))
+        await trio.sleep(1)
+        assert seen.lost == [("t1", None)]
+        nursery.cancel_scope.cancel()
