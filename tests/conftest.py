@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import mcp.types
 
     from trio_mcp import Client, Server
-    from trio_mcp.protocol.schema import ArgumentSpec
+    from trio_mcp.server.schema import ArgumentSpec
     from trio_mcp.transports.memory import MemoryTransport
 
 collect_ignore = ["interop/sdk2_client.py"]
@@ -213,7 +213,7 @@ def checked_spec(fn: Any, **kwargs: Any) -> ArgumentSpec:
     """``argument_spec(fn)``, its schema checked by the reference JSON Schema validator."""
     import jsonschema
 
-    from trio_mcp.protocol.schema import argument_spec
+    from trio_mcp.server.schema import argument_spec
 
     spec = argument_spec(fn, **kwargs)
     jsonschema.Draft202012Validator.check_schema(spec.schema)
@@ -222,7 +222,7 @@ def checked_spec(fn: Any, **kwargs: Any) -> ArgumentSpec:
 
 def argument_error(spec: ArgumentSpec, arguments: Any) -> tuple[str, str]:
     """The field and message of the ArgumentError ``spec`` refuses ``arguments`` with."""
-    from trio_mcp.protocol.schema import ArgumentError
+    from trio_mcp.server.schema import ArgumentError
 
     with pytest.raises(ArgumentError) as info:
         spec.validate(arguments)

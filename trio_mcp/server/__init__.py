@@ -4,18 +4,17 @@
 >>> from trio_mcp.server import mcp_asgi_app, serve_http
 """
 
-from ..actors.supervisor import TaskLimits
+from ..protocol.table import TaskLimits
 from ._context import Context
 from ._http import McpHttpApp, mcp_asgi_app, serve_http
+from ._options import RunOptions, parse_run_args
 from ._server import (
     GC_FULL_AFTER,
     GC_THRESHOLD,
     Lifespan,
     RegisteredTool,
-    RunOptions,
     Server,
     ServerRuntime,
-    parse_run_args,
     tune_gc,
 )
 from ._websocket import serve_websocket

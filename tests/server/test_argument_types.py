@@ -31,8 +31,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trio_mcp import Server, connect_in_memory
-from trio_mcp.protocol._docstrings import parameter_descriptions, without_parameter_sections
-from trio_mcp.protocol.schema import ArgumentError, ArgumentSpec, argument_spec, jsonable
+from trio_mcp.server._docstrings import parameter_descriptions, without_parameter_sections
+from trio_mcp.server.schema import ArgumentError, ArgumentSpec, argument_spec, jsonable
 
 UTC = dt.UTC
 
@@ -990,7 +990,7 @@ async def takes_item(item: Item) -> None: ...
 
 
 def test_the_schema_module_does_not_import_pydantic() -> None:
-    code = "import sys, trio_mcp, trio_mcp.protocol.schema; print('pydantic' in sys.modules)"
+    code = "import sys, trio_mcp, trio_mcp.server.schema; print('pydantic' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 

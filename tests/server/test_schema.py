@@ -1,4 +1,4 @@
-"""Tests for trio_mcp.protocol.schema: inputSchema generation and argument validation."""
+"""Tests for trio_mcp.server.schema: inputSchema generation and argument validation."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from conftest import argument_error, checked_spec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_mcp.protocol.schema import ArgumentError, ArgumentSpec, argument_spec
+from trio_mcp.server.schema import ArgumentError, ArgumentSpec, argument_spec
 
 # --- fixtures: types used by tool functions ----------------------------------------------------
 
