@@ -98,3 +98,18 @@ async def test_websocket_connections_count_under_their_peer_address() -> None:
         refused = [await _fill(client, 3) for client in crowd]
         assert sum(3 - r for r in refused) == LIMITS.max_live_tasks_per_client
         nursery.cancel_scope.cancel()
+
+
+async def test_http_sessions_count_under_their_peer_address() -> None:
+    from trio_mcp.client import connect_http
+    from trio_mcp.server import serve_http
+
+    server = _server()
+    async with trio.open_nursery() as nursery, AsyncExitStack() as stack:
+        port = await nursery.start(partial(serve_http, server))
+        crowd = [
+            await stack.enter_async_context(connect_http(f"http://127.0.0.1:{port}/mcp")) for _ in range(4)
+        ]
+        refused = [await _fill(client, 3) for client in crowd]
+        assert sum(3 - r for r in refused) == LIMITS.max_live_tasks_per_client
+        nursery.cancel_scope.cancel()

@@ -593,10 +593,10 @@ class McpHttpApp:
             del self.sessions[session.id]
         session.end()
 
-    async def _run_session(self, session: _Session, owner: str | None) -> None:
+    async def _run_session(self, session: _Session, owner: str | None, client: str | None) -> None:
         assert self.runtime is not None
         try:
-            await self.runtime.serve(session, owner=owner)
+            await self.runtime.serve(session, owner=owner, client=client)
         finally:
             if self.sessions.get(session.id) is session:
                 del self.sessions[session.id]
@@ -947,7 +947,7 @@ class McpHttpApp:
             and not exchange.headers.get(HEADER_SESSION_ID)
         )
         if creating:
-            session = self._new_session(identity)
+            session = self._new_session(identity, _peer(exchange))
             if session is None:
                 await exchange.error(
                     503,
@@ -975,14 +975,17 @@ class McpHttpApp:
             else:
                 await self._post_json(exchange, session, body, message, creating)
 
-    def _new_session(self, identity: str | None) -> _Session | None:
+    def _new_session(self, identity: str | None, peer: str | None) -> _Session | None:
+        """A 2025-11-25 session. Without an identity it owns its tasks, and they count under
+        the peer's address for the per-client limits (every session is an owner of its own)."""
         if len(self.sessions) >= self.max_sessions:
             return None
         assert self._nursery is not None
         session = _Session(secrets.token_urlsafe(32), identity, self.event_buffer)
         self.sessions[session.id] = session
         owner = identity_owner(identity) if identity is not None else None
-        self._nursery.start_soon(self._run_session, session, owner)
+        client = f"address:{peer}" if owner is None and peer is not None else None
+        self._nursery.start_soon(self._run_session, session, owner, client)
         return session
 
     async def _post_json(
@@ -1317,3 +1320,11 @@ async def serve_http(
 
 
 register_listener("http", serve_http, "http://{host}:{port}/mcp")
+
+
+def _peer(exchange: _Exchange) -> str | None:
+    """The client's address (without its port), as the ASGI server gives it; None if unknown."""
+    client = exchange.scope.get("client")
+    if isinstance(client, list | tuple) and client:
+        return str(client[0])
+    return None
