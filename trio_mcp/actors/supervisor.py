@@ -303,6 +303,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             lease_seconds=LEASE_SECONDS,
             wall_clock=wall_clock,
         )
+        self._forget_lane = None if self._writer.immediate else self._writer.forget
+        """Drops what the writer keeps of a task that ended (a store that waits keeps a lane)."""
         self._remote_waiters: dict[str, list[Reply[TaskOutcome]]] = {}
         self._timer = trio.CancelScope()
         self._timer_deadline = math.inf  # the timer's deadline (a property of Trio's, read per creation)
@@ -475,7 +477,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self.tracer("task.created", {"task_id": task_id, "status": record.status.value, "ttl": ttl})
             self.tracer("actor.start", {"actor": "TaskActor", "name": task_id})
         self._actors[task_id] = actor
-        due = self.table.add(task_id, message.owner, message.client, deadline=self._trio_now() + ttl / 1000)
+        due = self.table.add(task_id, message.owner, message.client, self._trio_now() + ttl / 1000)
         if due < self._timer_deadline:
             self._timer_deadline = self._timer.deadline = due
         return actor
@@ -753,7 +755,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         actor.stored(record)
         if record.status in TERMINAL:
             del self._actors[task_id]  # final and stored: the task is a record now
-            self._writer.forget(task_id)
+            if self._forget_lane is not None:
+                self._forget_lane(task_id)
 
     def _on_lost(self, task_id: str, current: TaskRecord | None) -> None:
         """A change of ours met a record that stands: ended elsewhere (the task stops and is as

@@ -230,7 +230,7 @@ class TaskTable:
         return None
 
     # -- changes -----------------------------------------------------------------------------
-    def add(self, task_id: str, owner: str, client: str | None, *, deadline: float) -> float:
+    def add(self, task_id: str, owner: str, client: str | None, deadline: float) -> float:
         """A new live task of ``owner`` (admitted: see :meth:`refusal`), due at ``deadline``
         (in the caller's clock); returns when it will be due (at most a millisecond later).
         ``client`` counts only for an owner's first kept task (an owner keeps its client)."""
