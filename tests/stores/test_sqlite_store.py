@@ -19,6 +19,7 @@ import trio
 
 import trio_mcp
 from trio_mcp import McpError, Server
+from trio_mcp.actors.supervisor import TaskSupervisor
 from trio_mcp.protocol.errors import INTERNAL_ERROR, ErrorValue
 from trio_mcp.protocol.records import TaskOutcome, TaskRecord, new_record
 from trio_mcp.protocol.tasks import TaskStatus
@@ -168,10 +169,10 @@ async def test_an_owner_emptied_before_a_restart_still_honours_its_old_cursor(tm
         assert await ids_of(second, "alice", cursor, 2) == (["n0"], None)
 
 
-# ----------------------------------------------------------------------------- recover
+# ----------------------------------------------------------------------------- unfinished tasks
 
 
-async def test_recover_fails_running_tasks_and_leaves_ended_ones_alone(tmp_path: Path) -> None:
+async def test_a_starting_server_fails_running_tasks_and_leaves_ended_ones_alone(tmp_path: Path) -> None:
     path = tmp_path / "tasks.db"
     async with SqliteTaskStore(path) as first:
         working = record("working")
@@ -184,7 +185,12 @@ async def test_recover_fails_running_tasks_and_leaves_ended_ones_alone(tmp_path:
         for r in (working, asking, completed, failed, cancelled):
             await first.create(r)
     async with SqliteTaskStore(path) as second:
-        assert await second.recover(now=7.0) == 2
+        assert [r.task_id for r in await second.unfinished(10)] == [working.task_id, asking.task_id]
+        # A server starting on the file fails them (the store lists, the runtime decides).
+        supervisor = TaskSupervisor(store=second, wall_clock=lambda: 7.0)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(supervisor.run)
+            nursery.cancel_scope.cancel()
         expected_outcome = TaskOutcome.from_error(ErrorValue(INTERNAL_ERROR, INTERRUPTED_MESSAGE))
         for before in (working, asking):
             after = await second.get(before.task_id)
@@ -197,14 +203,14 @@ async def test_recover_fails_running_tasks_and_leaves_ended_ones_alone(tmp_path:
             assert after.created_at == before.created_at and after.expires_at == before.expires_at
         for unchanged in (completed, failed, cancelled):
             assert await second.get(unchanged.task_id) == unchanged
-        assert await second.recover(now=8.0) == 0  # nothing left running
+        assert await second.unfinished(10) == []  # nothing left running
         statuses = [r.status for r in (await second.page("alice", None, 10))[0]]
         assert statuses == ["failed", "failed", "completed", "failed", "cancelled"]
 
 
-async def test_recover_of_an_empty_store_is_zero(tmp_path: Path) -> None:
+async def test_an_empty_store_has_nothing_unfinished(tmp_path: Path) -> None:
     async with SqliteTaskStore(tmp_path / "tasks.db") as store:
-        assert await store.recover(now=1.0) == 0
+        assert await store.unfinished(10) == []
 
 
 # ----------------------------------------------------------------------------- threads, transactions
@@ -220,7 +226,7 @@ async def test_every_database_call_runs_off_the_trio_thread(tmp_path: Path) -> N
     await store.update(record("t1").with_message("m", now=1.0))
     await store.page("alice", None, 10)
     await store.due(100.0, 10)
-    await store.recover(2.0)
+    await store.unfinished(10)
     await store.delete("t1")
     assert threads and threading.get_ident() not in threads
     await store.aclose()
@@ -502,9 +508,9 @@ SERVER_SCRIPT = textwrap.dedent(
 
 
     async def main() -> None:
-        # What the supervisor will do on start: fail the tasks whose process is gone.
+        # What the supervisor will fail on start: the tasks whose process is gone.
         async with SqliteTaskStore(PATH) as store:
-            recovered.append(await store.recover(time.time()))
+            recovered.append(len(await store.unfinished(1000)))
         # An explicit owner (an identity): the tasks outlive the connection and the process.
         async with server.open() as runtime, open_stdio_transport() as transport:
             await runtime.serve(transport, owner="identity:tester")

@@ -6,8 +6,9 @@
 Records survive the process: a server restarted on the same file answers ``tasks/get``,
 ``tasks/result`` and ``tasks/list`` (cursors included) for every task the old process stored.
 Work does not survive it: a task that was ``working`` or ``input_required`` when its process
-died can never finish, so a server calls :meth:`SqliteTaskStore.recover` once when it starts,
-before serving anyone, and those tasks become ``failed`` with :data:`INTERRUPTED_MESSAGE`.
+died can never finish. The store lists them (:meth:`SqliteTaskStore.unfinished`), and a server
+starting on the file fails them before it serves anyone: they become ``failed`` with
+:data:`INTERRUPTED_MESSAGE`.
 
 Guarantees, beyond the rules of :mod:`trio_mcp.stores.base` (the contract suite holds it to
 them):
@@ -63,8 +64,7 @@ import outcome
 import trio
 
 from ..protocol.cursors import encode_cursor, split_cursor
-from ..protocol.errors import INTERNAL_ERROR, ErrorValue
-from ..protocol.records import TaskOutcome, TaskRecord, record_from_text, record_to_text
+from ..protocol.records import TaskRecord, record_from_text, record_to_text
 from ..protocol.tasks import TaskStatus
 from .base import InvalidCursor, store_key, text_digest
 
@@ -82,7 +82,8 @@ __all__ = [
 T = TypeVar("T")
 
 INTERRUPTED_MESSAGE = "The server process running this task stopped; its work cannot be resumed."
-"""The ``statusMessage`` (and error message) of a task :meth:`SqliteTaskStore.recover` failed."""
+"""The ``statusMessage`` (and error message) of a task a starting server failed because the
+process running it is gone (the runtime's ``PROCESS_GONE``)."""
 
 SCHEMA_VERSION = 1
 """``PRAGMA user_version`` of a file this store made; a file with another (non-zero) one is refused."""
@@ -482,41 +483,6 @@ class SqliteTaskStore:
         return [record_from_text(text) for text in await self._call(unfinished)]
 
     # -- beyond the interface -------------------------------------------------------------
-    async def recover(self, now: float) -> int:
-        """Fail every task whose work was running in a process that is gone; how many.
-
-        Each ``working`` / ``input_required`` record becomes ``failed`` (version + 1) with
-        :data:`INTERRUPTED_MESSAGE` as its status message and an internal error
-        (:data:`~trio_mcp.protocol.errors.INTERNAL_ERROR`) as its outcome, so ``tasks/result``
-        answers that error; terminal records are left alone. One transaction. A server calls it
-        once on start, before it serves anyone: it assumes no other process is running tasks
-        stored in this file.
-        """
-        outcome = TaskOutcome.from_error(ErrorValue(INTERNAL_ERROR, INTERRUPTED_MESSAGE))
-
-        def recover(connection: sqlite3.Connection) -> int:
-            rows = connection.execute(
-                f"SELECT record FROM tasks WHERE status IN {_RUNNING!r} ORDER BY rowid"
-            ).fetchall()
-            failed = 0
-            for (text,) in rows:
-                record = record_from_text(text)
-                ended = record.settle(outcome, now=now)
-                cursor = connection.execute(
-                    "UPDATE tasks SET version=?, status=?, record=? WHERE task_id=? AND version=?",
-                    (
-                        ended.version,
-                        ended.status.value,
-                        record_to_text(ended),
-                        store_key(record.task_id),
-                        record.version,
-                    ),
-                )
-                failed += cursor.rowcount
-            return failed
-
-        return await self._write(recover)
-
     async def count(self) -> int:
         """How many records the file holds."""
         return await self._call(
