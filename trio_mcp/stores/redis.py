@@ -7,8 +7,8 @@
 :class:`~trio_mcp.stores.base.SharedTaskStore`: every process on the same server and key
 prefix sees the same records, talks to the others through a pub/sub channel of
 :class:`~trio_mcp.stores.base.TaskEvent`, and holds leases on the tasks it runs, so that the
-others can fail those tasks when it dies (:meth:`~RedisTaskStore.lapsed`). It has no
-``recover``: a process starting does not fail the running tasks of the others.
+others can fail those tasks when it dies (:meth:`~RedisTaskStore.lapsed`). It is not a
+``DurableTaskStore``: a process starting does not fail the running tasks of the others.
 
 The client is this module's own: RESP2 over a few TCP connections (:func:`trio.open_tcp_stream`;
 up to ``connections``, default 4, made as concurrent calls need them, one call on each at a
