@@ -169,16 +169,9 @@ class TaskTable:
         if owner in self._kept:
             client = self._client_of.get(owner)
         if len(self._live.get(owner, ())) >= limits.max_live_tasks_per_owner:
-            return ErrorValue(
-                TASK_LIMIT_REACHED,
-                f"Too many live tasks: at most {limits.max_live_tasks_per_owner} per requestor",
-            )
+            return _too_many_live(limits.max_live_tasks_per_owner, "requestor")
         if self._kept.get(owner, 0) >= limits.max_tasks_per_owner:
-            return ErrorValue(
-                TASK_LIMIT_REACHED,
-                f"Too many tasks kept: at most {limits.max_tasks_per_owner} per requestor, finished ones "
-                "included, until they expire",
-            )
+            return _too_many_kept(limits.max_tasks_per_owner, "requestor")
         if self._owner_bytes and self._owner_bytes.get(owner, 0) >= limits.max_kept_result_bytes_per_owner:
             return ErrorValue(
                 TASK_LIMIT_REACHED,
@@ -187,16 +180,9 @@ class TaskTable:
             )
         if client is not None and client != owner:
             if self._client_live.get(client, 0) >= limits.max_live_tasks_per_client:
-                return ErrorValue(
-                    TASK_LIMIT_REACHED,
-                    f"Too many live tasks: at most {limits.max_live_tasks_per_client} per client",
-                )
+                return _too_many_live(limits.max_live_tasks_per_client, "client")
             if self._client_kept.get(client, 0) >= limits.max_tasks_per_client:
-                return ErrorValue(
-                    TASK_LIMIT_REACHED,
-                    f"Too many tasks kept: at most {limits.max_tasks_per_client} per client, finished ones "
-                    "included, until they expire",
-                )
+                return _too_many_kept(limits.max_tasks_per_client, "client")
         if (
             self._live_total >= limits.max_live_tasks
             or len(self._owner_of) >= limits.max_tasks
@@ -299,6 +285,17 @@ class TaskTable:
         due = [task_id for task_id in self._expiries.pop_due(now) if task_id in kept]
         self._expiries.compact(kept)
         return due
+
+
+def _too_many_live(limit: int, per: str) -> ErrorValue:
+    return ErrorValue(TASK_LIMIT_REACHED, f"Too many live tasks: at most {limit} per {per}")
+
+
+def _too_many_kept(limit: int, per: str) -> ErrorValue:
+    return ErrorValue(
+        TASK_LIMIT_REACHED,
+        f"Too many tasks kept: at most {limit} per {per}, finished ones included, until they expire",
+    )
 
 
 def _count_down(counts: dict[str, int], key: str) -> None:
