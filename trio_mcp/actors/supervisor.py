@@ -173,6 +173,8 @@ class Unwatch:
 
 @attrs.frozen
 class _Changed:
+    """A crashed actor's last record, for the writer (sent by the supervisor to itself)."""
+
     actor: TaskActor
     record: TaskRecord
 
