@@ -213,3 +213,30 @@ async def test_a_write_of_a_record_that_is_gone_tells_the_runtime(autojump_clock
         await trio.sleep(1)
         assert seen.lost == [("t1", None)]
         nursery.cancel_scope.cancel()
+
+
+async def test_a_store_read_past_the_servers_store_timeout_is_answered_as_failed(autojump_clock: Any) -> None:
+    from trio_mcp.actors.runtime import Reply
+    from trio_mcp.actors.supervisor import Route, TaskLimits, TaskSupervisor
+    from trio_mcp.actors.task_actor import Poll
+    from trio_mcp.protocol.errors import INTERNAL_ERROR, McpError
+
+    store = FlakyStore()
+    store.inner.create_now(_record("elsewhere"))  # a task this process does not run
+    supervisor = TaskSupervisor(TaskLimits(store_timeout=0.5), store=store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+
+        async def hang(task_id: str) -> TaskRecord | None:
+            await trio.sleep_forever()
+            raise AssertionError("unreachable")
+
+        store.get = hang  # type: ignore[method-assign]
+        poll: Reply[TaskRecord] = Reply()
+        asked = trio.current_time()
+        supervisor.tell(Route("alice", "elsewhere", Poll(poll)))
+        with pytest.raises(McpError) as failed:
+            await poll.wait()
+        assert failed.value.code == INTERNAL_ERROR
+        assert trio.current_time() - asked == pytest.approx(0.5)
+        nursery.cancel_scope.cancel()

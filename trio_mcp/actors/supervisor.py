@@ -299,7 +299,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self.store,
             on_stored=self._on_stored,
             on_lost=self._on_lost,
-            policy=retry,
+            policy=retry if retry is not None else RetryPolicy(timeout=self.limits.store_timeout),
             shared=self._shared,
             origin=self.origin,
             lease_seconds=LEASE_SECONDS,

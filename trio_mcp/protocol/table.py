@@ -76,6 +76,10 @@ class TaskLimits:
     make the server keep."""
     max_kept_result_bytes: int = 2 * 1024 * 1024 * 1024
     """Bytes of results all owners' finished tasks may keep at once, in this process."""
+    store_timeout: float = 5.0
+    """Seconds each task store call may take: a read past it answers its request -32603; a
+    write past it is tried again (with a backoff) until stored; a creation not stored within
+    it is refused -32603."""
     list_page_size: int = 100
     """Tasks per ``tasks/list`` page."""
     auto_task_after_ms: int = 1_000
