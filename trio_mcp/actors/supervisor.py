@@ -408,7 +408,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self._nursery.start_soon(handler, *args)
 
     async def _read(self, call: Callable[[], Awaitable[T]]) -> T:
-        """A store read within the store's deadline (:class:`trio.TooSlowError` past it)."""
+        """A store read within the store's deadline (:class:`trio.TooSlowError` past it: an
+        ``Exception`` like the store's own failures, which callers answer alike)."""
         with trio.fail_after(self._writer.timeout):
             return await call()
 
@@ -585,7 +586,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         assert not isinstance(inner, Start)
         try:
             record = await self._read(functools.partial(self.store.get, message.task_id))
-        except (Exception, trio.TooSlowError) as exc:
+        except Exception as exc:
             log.error("task store failed to read task %s: %r", message.task_id, exc, exc_info=exc)
             inner.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
             return
@@ -619,7 +620,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 try:
                     with trio.fail_after(self._writer.timeout):
                         await self._publish("input", record.task_id, inner.responses)
-                except (Exception, trio.TooSlowError) as exc:
+                except Exception as exc:
                     log.error("task %s: its input could not be passed on: %r", record.task_id, exc)
                     inner.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
                     return
@@ -651,7 +652,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             else:
                 message.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
                 return
-        except (Exception, trio.TooSlowError) as exc:
+        except Exception as exc:
             log.error("task store failed to cancel task %s: %r", record.task_id, exc, exc_info=exc)
             message.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
             return
@@ -663,7 +664,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 with trio.fail_after(self._writer.timeout):
                     await self._publish("cancel", record.task_id)
                     await self._publish("changed", record.task_id)
-            except (Exception, trio.TooSlowError) as exc:  # the runner finds it at its next write
+            except Exception as exc:  # the runner finds it at its next write
                 log.warning("task %s: its cancel was stored but not announced: %r", record.task_id, exc)
 
     def _deliver(self, actor: TaskActor, message: Poll | AwaitResult | Cancel | ProvideInput | Stop) -> None:
@@ -687,7 +688,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 ErrorValue(INVALID_PARAMS, "Invalid params at 'cursor': unknown cursor").exception()
             )
             return
-        except (Exception, trio.TooSlowError) as exc:
+        except Exception as exc:
             log.error("task store failed to list tasks: %r", exc, exc_info=exc)
             message.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
             return
@@ -703,7 +704,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             if actor is None:
                 try:
                     record = await self._read(functools.partial(self.store.get, task_id))
-                except (Exception, trio.TooSlowError) as exc:
+                except Exception as exc:
                     log.error("task store failed to read task %s: %r", task_id, exc, exc_info=exc)
                     continue
                 owner = record.owner if record is not None else None
@@ -827,7 +828,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         if actor is None:
             try:
                 record = await self._read(functools.partial(self.store.get, task_id))
-            except (Exception, trio.TooSlowError) as exc:
+            except Exception as exc:
                 log.error("task store failed to read task %s: %r", task_id, exc, exc_info=exc)
                 return
             if record is None or record.owner != owner:
@@ -840,7 +841,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         while True:
             try:
                 records, _ = await self._read(functools.partial(self.store.page, owner, None, SWEEP_BATCH))
-            except (Exception, trio.TooSlowError) as exc:
+            except Exception as exc:
                 log.error("task store failed to list an owner's tasks: %r", exc, exc_info=exc)
                 return
             if not records:
@@ -875,7 +876,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         while True:
             try:
                 due = await self._read(functools.partial(self.store.due, self.wall_clock(), SWEEP_BATCH))
-            except (Exception, trio.TooSlowError) as exc:
+            except Exception as exc:
                 log.error("task store failed to list expired tasks: %r", exc, exc_info=exc)
                 return
             if not due:
@@ -908,7 +909,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                         ended = await shared.hold(running, self.origin, self.wall_clock() + LEASE_SECONDS)
                     if ended:
                         self.mailbox.put(_Recheck(tuple(ended)), system=True)
-            except (Exception, trio.TooSlowError) as exc:
+            except Exception as exc:
                 log.error("task store failed to renew leases: %r", exc, exc_info=exc)
             self.mailbox.put(_Lapse(), system=True)
             await trio.sleep(LEASE_SECONDS / 3)
@@ -928,7 +929,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             if task_id in self._actors:
                 try:
                     record = await self._read(functools.partial(self.store.get, task_id))
-                except (Exception, trio.TooSlowError) as exc:
+                except Exception as exc:
                     log.error("task store failed to read task %s: %r", task_id, exc, exc_info=exc)
                     continue
                 if record is None or record.is_terminal:
@@ -956,7 +957,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             return
         try:
             record = await self._read(functools.partial(self.store.get, task_id))
-        except (Exception, trio.TooSlowError) as exc:
+        except Exception as exc:
             log.error("task store failed to read task %s: %r", task_id, exc, exc_info=exc)
             return
         if record is not None and self._watchers:
@@ -974,7 +975,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         assert self._shared is not None
         try:
             lapsed = await self._read(functools.partial(self._shared.lapsed, self.wall_clock(), SWEEP_BATCH))
-        except (Exception, trio.TooSlowError) as exc:
+        except Exception as exc:
             log.error("task store failed to list lapsed tasks: %r", exc, exc_info=exc)
             return
         for record in lapsed:
@@ -987,7 +988,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                         await self._shared.release([record.task_id])
                         await self._publish("changed", record.task_id)
                     await self._news(record.task_id)
-            except (Exception, trio.TooSlowError) as exc:
+            except Exception as exc:
                 log.error("task store failed to fail lapsed task %s: %r", record.task_id, exc, exc_info=exc)
 
     async def _recover(self, store: DurableTaskStore) -> None:
@@ -1008,7 +1009,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                     try:
                         await self._read(functools.partial(store.update, ended))
                         break
-                    except (Exception, trio.TooSlowError) as exc:
+                    except Exception as exc:
                         log.error("task store failed to fail task %s: %r", record.task_id, exc, exc_info=exc)
                         await trio.sleep(delay)
                         delay = min(delay * 2, self._writer.policy.max_delay)
