@@ -52,7 +52,7 @@ from ..protocol.errors import INTERNAL_ERROR, ErrorValue
 from ..protocol.records import TaskRecord
 from ..stores.base import ImmediateTaskStore, SharedTaskStore, TaskEvent, TaskStore
 
-__all__ = ["STORE_UNAVAILABLE", "RetryPolicy", "StoreWriter"]
+__all__ = ["STORE_UNAVAILABLE", "Backoff", "RetryPolicy", "StoreWriter"]
 
 log = logging.getLogger("trio_mcp.actors")
 
@@ -70,6 +70,24 @@ class RetryPolicy:
     max_delay: float = 2.0
     timeout: float = 5.0
     """Each store call's deadline; also the longest a creation waits to be stored."""
+
+    def backoff(self) -> Backoff:
+        """The waits of one write's retries, from :attr:`first_delay` doubling to :attr:`max_delay`."""
+        return Backoff(self)
+
+
+class Backoff:
+    """The wait before a write's next attempt (see :meth:`RetryPolicy.backoff`)."""
+
+    __slots__ = ("delay", "policy")
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self.policy = policy
+        self.delay = policy.first_delay
+
+    async def wait(self) -> None:
+        await trio.sleep(self.delay)
+        self.delay = min(self.delay * 2, self.policy.max_delay)
 
 
 class _Lane:
@@ -235,7 +253,7 @@ class StoreWriter:
     ) -> None:
         store = self.store
         deadline = trio.current_time() + self.timeout
-        delay = self.policy.first_delay
+        backoff = self.policy.backoff()
         try:
             while True:
                 ok, _ = await self._call(partial(store.create, record), deadline - trio.current_time())
@@ -250,13 +268,12 @@ class StoreWriter:
                         await self._hold(record.task_id)
                     done(None)
                     break
-                if trio.current_time() + delay >= deadline:
+                if trio.current_time() + backoff.delay >= deadline:
                     done(STORE_UNAVAILABLE)
                     lane.deleting = True  # it may have been stored: make sure it is not
                     lane.want = None
                     break
-                await trio.sleep(delay)
-                delay = min(delay * 2, self.policy.max_delay)
+                await backoff.wait()
             await self._drain_lane(lane)
         finally:
             self._ended(lane)
@@ -290,7 +307,7 @@ class StoreWriter:
 
     async def _write(self, lane: _Lane, record: TaskRecord) -> None:
         store = self.store
-        delay = self.policy.first_delay
+        backoff = self.policy.backoff()
         conflicts = 0  # refused for another version, the store's record not ended
         while True:
             if lane.want is not None:  # a newer change came meanwhile: it replaces this one
@@ -304,8 +321,7 @@ class StoreWriter:
                 return
             read, current = await self._call(partial(store.get, record.task_id), self.timeout)
             if not read:
-                await trio.sleep(delay)
-                delay = min(delay * 2, self.policy.max_delay)
+                await backoff.wait()
                 continue
             if current is None:
                 lane.ended = True
@@ -321,42 +337,39 @@ class StoreWriter:
                 return
             conflicts += ok
             if not ok or conflicts > 3:  # the store failed, or others keep writing: wait first
-                await trio.sleep(delay)
-                delay = min(delay * 2, self.policy.max_delay)
+                await backoff.wait()
 
     async def _stored(self, lane: _Lane, attempt: TaskRecord, record: TaskRecord) -> None:
         lane.stored = attempt.version
         if attempt.is_terminal:
             lane.ended = True
         self._on_stored(record)
+        await self._announce(record.task_id, release=attempt.is_terminal)
+
+    async def _announce(self, task_id: str, *, release: bool) -> None:
+        """With a shared store: release the lease of a task that ended, and tell the other
+        processes its record changed (news is a hint: readers re-read, so a failure is logged)."""
         shared = self._shared
-        if shared is not None:
-            task_id = record.task_id
-            try:
-                with trio.fail_after(self.timeout):
-                    if attempt.is_terminal:
-                        await shared.release([task_id])
-                    await shared.publish(TaskEvent("changed", task_id, self._origin))
-            except Exception as exc:  # readers re-read: news is a hint
-                log.warning("task %s: its change was stored but not announced: %r", task_id, exc)
+        if shared is None:
+            return
+        try:
+            with trio.fail_after(self.timeout):
+                if release:
+                    await shared.release([task_id])
+                await shared.publish(TaskEvent("changed", task_id, self._origin))
+        except Exception as exc:
+            log.warning("task %s: its change was stored but not announced: %r", task_id, exc)
 
     async def _delete(self, lane: _Lane) -> None:
         store = self.store
-        delay = self.policy.first_delay
+        backoff = self.policy.backoff()
         while True:
             ok, removed = await self._call(partial(store.delete, lane.task_id), self.timeout)
             if ok:
                 break
-            await trio.sleep(delay)
-            delay = min(delay * 2, self.policy.max_delay)
+            await backoff.wait()
         lane.ended = True
-        shared = self._shared
-        if shared is not None and removed is not None:
-            try:
-                with trio.fail_after(self.timeout):
-                    await shared.release([lane.task_id])
-                    await shared.publish(TaskEvent("changed", lane.task_id, self._origin))
-            except Exception as exc:
-                log.warning("task %s: its deletion was not announced: %r", lane.task_id, exc)
+        if removed is not None:
+            await self._announce(lane.task_id, release=True)
         if lane.on_deleted is not None:
             lane.on_deleted(removed)

@@ -777,7 +777,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self._tell(actor, current)
         actor.adopt(current)
         del self._actors[task_id]
-        self._writer.forget(task_id)
+        if self._forget_lane is not None:
+            self._forget_lane(task_id)
 
     def _remove(self, task_id: str, error: ErrorValue) -> None:
         """Remove a task: it leaves the tables now (its work is stopped, its waiters answered
@@ -1004,15 +1005,14 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 break
             for record in records:
                 ended = record.settle(outcome, now=self.wall_clock())
-                delay = self._writer.policy.first_delay
+                backoff = self._writer.policy.backoff()
                 while True:
                     try:
                         await self._read(functools.partial(store.update, ended))
                         break
                     except Exception as exc:
                         log.error("task store failed to fail task %s: %r", record.task_id, exc, exc_info=exc)
-                        await trio.sleep(delay)
-                        delay = min(delay * 2, self._writer.policy.max_delay)
+                        await backoff.wait()
                 failed += 1
         if failed:
             log.warning("%d task(s) left running by a stopped server process are now failed", failed)
