@@ -240,3 +240,37 @@ async def test_a_store_read_past_the_servers_store_timeout_is_answered_as_failed
         assert failed.value.code == INTERNAL_ERROR
         assert trio.current_time() - asked == pytest.approx(0.5)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_cancel_is_answered_once_stored_a_second_as_already_ended(
+    autojump_clock: Any,
+) -> None:
+    from trio_mcp.actors.runtime import Reply
+    from trio_mcp.actors.supervisor import CreateTask, Route, TaskSupervisor
+    from trio_mcp.actors.task_actor import Cancel, Start, TaskActor
+
+    async def forever(actor: TaskActor) -> TaskOutcome:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    store = FlakyStore()
+    supervisor = TaskSupervisor(store=store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        created: Reply[TaskRecord] = Reply()
+        supervisor.tell(CreateTask("alice", forever, None, None, created))
+        task_id = (await created.wait()).task_id
+        supervisor.tell(Route("alice", task_id, Start()))
+        await trio.testing.wait_all_tasks_blocked()
+        store.stalled.add(task_id)  # the cancel's write waits
+        first: Reply[tuple[TaskRecord, bool]] = Reply()
+        second: Reply[tuple[TaskRecord, bool]] = Reply()
+        supervisor.tell(Route("alice", task_id, Cancel(first)))
+        supervisor.tell(Route("alice", task_id, Cancel(second)))
+        await trio.sleep(10)
+        assert not first.answered and not second.answered  # not before it is stored
+        store.released.set()
+        ended, already = await first.wait()
+        assert ended.status == TaskStatus.CANCELLED and not already
+        assert (await second.wait()) == (ended, True)  # the second found it ended
+        nursery.cancel_scope.cancel()

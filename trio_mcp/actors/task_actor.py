@@ -177,13 +177,23 @@ class _InputState:
         self.used_keys: set[str] = set()
 
 
+def _cancel_answer(end: TaskRecord, already: bool | None) -> tuple[TaskRecord, bool]:
+    """What a Cancel is answered once the task's ``end`` is stored (see :class:`_CancelWait`)."""
+    return end, already if already is not None else end.status is not TaskStatus.CANCELLED
+
+
 class _CancelWait:
-    """A ``tasks/cancel`` answered once the task's end is stored."""
+    """A ``tasks/cancel`` answered once the task's end is stored: with that record and whether
+    the task had ended before (``already``; None: unless the end stored is the cancel)."""
 
-    __slots__ = ("reply",)
+    __slots__ = ("already", "reply")
 
-    def __init__(self, reply: Reply[tuple[TaskRecord, bool]]) -> None:
+    def __init__(self, reply: Reply[tuple[TaskRecord, bool]], already: bool | None) -> None:
         self.reply = reply
+        self.already = already
+
+    def answer(self, record: TaskRecord) -> None:
+        self.reply.send(_cancel_answer(record, self.already))
 
     @property
     def abandoned(self) -> bool:
@@ -342,7 +352,7 @@ class TaskActor:
                 assert outcome is not None  # a terminal record has one
                 for waiter in waiters:
                     if isinstance(waiter, _CancelWait):
-                        waiter.reply.send((record, record.status is not TaskStatus.CANCELLED))
+                        waiter.answer(record)
                     else:
                         waiter.send(outcome)
 
@@ -354,6 +364,15 @@ class TaskActor:
             self._input.pending = {}
         self.record = record
         self.stored(record)
+
+    def _answer_cancel(self, reply: Reply[tuple[TaskRecord, bool]], already: bool | None) -> None:
+        """Answer a Cancel once the task's end is stored: now if it is (the memory store stores
+        in place), else when it is (see :class:`_CancelWait`)."""
+        shown = self.shown
+        if shown.status in TERMINAL:
+            reply.send(_cancel_answer(shown, already))
+        else:
+            self._wait(_CancelWait(reply, already))
 
     def _wait(self, waiter: Reply[TaskOutcome] | _CancelWait) -> None:
         waiters = self._waiters
@@ -466,10 +485,7 @@ class TaskActor:
                 self._wait(message.reply)
         elif isinstance(message, Cancel):
             if self.record.is_terminal:
-                if self.shown.is_terminal:
-                    message.reply.send((self.shown, True))
-                else:
-                    self._wait(_CancelWait(message.reply))  # answered once its end is stored
+                self._answer_cancel(message.reply, True)  # it had ended: cancelling changes nothing
                 return
             self._scope.cancel()
             reason = message.reason
@@ -479,11 +495,7 @@ class TaskActor:
                 else TaskOutcome(error=CANCELLED, failed=True, message=reason)
             )
             self.settle(outcome, TaskStatus.CANCELLED)
-            shown = self.shown
-            if shown.is_terminal:  # stored in place (the memory store)
-                message.reply.send((shown, shown.status is not TaskStatus.CANCELLED))
-            else:
-                self._wait(_CancelWait(message.reply))
+            self._answer_cancel(message.reply, None)
         elif isinstance(message, ProvideInput):
             taken: list[str] = []
             for key, value in message.responses.items():
