@@ -243,6 +243,8 @@ GONE = ErrorValue(INVALID_PARAMS, "Failed to retrieve task: Task is gone (its ow
 EXPIRED = ErrorValue(INVALID_PARAMS, "Failed to retrieve task: Task has expired")
 ELSEWHERE = ErrorValue(INTERNAL_ERROR, "Task is not running in this server process")
 STORE_FAILED = "Internal error: the task store failed"
+STORE_FAILURE = ErrorValue(INTERNAL_ERROR, STORE_FAILED)
+"""A request that needed the store when it failed (or passed its deadline)."""
 PROCESS_GONE = ErrorValue(
     INTERNAL_ERROR, "The server process running this task stopped; its work cannot be resumed."
 )
@@ -445,7 +447,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 self._writer.create(record, self._created, message, actor)
             except Exception as exc:
                 log.error("task store failed to create a task: %r", exc, exc_info=exc)
-                self._created(message, actor, ErrorValue(INTERNAL_ERROR, STORE_FAILED))
+                self._created(message, actor, STORE_FAILURE)
 
     def _created(self, message: CreateTask, actor: TaskActor, error: ErrorValue | None) -> None:
         """The store has the new task (``error`` None): its creator gets its record; or it was
@@ -456,12 +458,12 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         task_id = actor.task_id
         if self._actors.get(task_id) is actor:
             self._forget_task(task_id, error)
-        message.reply.fail(error.exception())
+        message.reply.fail_value(error)
 
     def _new_task(self, message: CreateTask) -> TaskRecord | None:
         refusal = self.table.refusal(message.owner, message.client)
         if refusal is not None:
-            message.reply.fail(refusal.exception())
+            message.reply.fail_value(refusal)
             return None
         return new_record(
             self._new_id(),
@@ -507,7 +509,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 if actor.record.owner == message.owner:
                     self._deliver(actor, inner)
                 else:
-                    inner.reply.fail(NOT_FOUND.exception())  # foreign tasks look exactly like missing ones
+                    inner.reply.fail_value(NOT_FOUND)  # foreign tasks look exactly like missing ones
                 return
             if self._peek is not None:
                 record = self._peek(message.task_id)
@@ -556,14 +558,14 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         when that is final (or for a Poll), or as missing. Both :meth:`deliver` and
         :meth:`_route` (after a store read) use it."""
         if record is None or record.owner != owner:
-            inner.reply.fail(NOT_FOUND.exception())
+            inner.reply.fail_value(NOT_FOUND)
         elif isinstance(inner, Poll | ProvideInput):
             inner.reply.send(record)  # answers for no one waiting are ignored
         elif isinstance(inner, AwaitResult):
             if record.outcome is not None:
                 inner.reply.send(record.outcome)
             else:
-                inner.reply.fail(ELSEWHERE.exception())
+                inner.reply.fail_value(ELSEWHERE)
         else:  # it has ended: cancelling changes nothing
             inner.reply.send((record, True))
 
@@ -573,7 +575,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         actor = self._actors.get(message.task_id)
         if actor is None or actor.record.owner != message.owner:
             if not isinstance(inner, Start):  # else: removed before it could start
-                inner.reply.fail(NOT_FOUND.exception())  # foreign tasks look exactly like missing ones
+                inner.reply.fail_value(NOT_FOUND)  # foreign tasks look exactly like missing ones
         elif isinstance(inner, Start):
             assert self._nursery is not None
             self._spawn_work(self._nursery, actor)
@@ -588,7 +590,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             record = await self._read(functools.partial(self.store.get, message.task_id))
         except Exception as exc:
             log.error("task store failed to read task %s: %r", message.task_id, exc, exc_info=exc)
-            inner.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
+            inner.reply.fail_value(STORE_FAILURE)
             return
         actor = self._actors.get(message.task_id)
         if actor is not None and actor.record.owner == message.owner and isinstance(inner, Poll):
@@ -597,7 +599,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             if record is None or record.is_terminal:
                 self._on_lost(message.task_id, record)
             if record is None:
-                inner.reply.fail(EXPIRED.exception())
+                inner.reply.fail_value(EXPIRED)
             else:
                 inner.reply.send(record)
             return
@@ -610,11 +612,11 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             if self._shared is not None:  # in another process: wait for its news
                 waiting = self._remote_waiters.setdefault(record.task_id, [])
                 if len(waiting) >= MAX_REMOTE_WAITERS:
-                    inner.reply.fail(ErrorValue(INTERNAL_ERROR, "Server overloaded; retry later").exception())
+                    inner.reply.fail_value(ErrorValue(INTERNAL_ERROR, "Server overloaded; retry later"))
                 else:
                     waiting.append(inner.reply)
             else:
-                inner.reply.fail(ELSEWHERE.exception())
+                inner.reply.fail_value(ELSEWHERE)
         elif isinstance(inner, ProvideInput):
             if self._shared is not None:
                 try:
@@ -622,7 +624,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                         await self._publish("input", record.task_id, inner.responses)
                 except Exception as exc:
                     log.error("task %s: its input could not be passed on: %r", record.task_id, exc)
-                    inner.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
+                    inner.reply.fail_value(STORE_FAILURE)
                     return
             inner.reply.send(record)  # answers for no one waiting are ignored
         else:
@@ -643,18 +645,18 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                     break
                 current = await self._read(functools.partial(self.store.get, record.task_id))
                 if current is None:
-                    message.reply.fail(NOT_FOUND.exception())
+                    message.reply.fail_value(NOT_FOUND)
                     return
                 if current.is_terminal:
                     message.reply.send((current, True))
                     return
                 record = current
             else:
-                message.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
+                message.reply.fail_value(STORE_FAILURE)
                 return
         except Exception as exc:
             log.error("task store failed to cancel task %s: %r", record.task_id, exc, exc_info=exc)
-            message.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
+            message.reply.fail_value(STORE_FAILURE)
             return
         if self._watchers:
             self._tell_watchers(cancelled)
@@ -676,7 +678,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             if isinstance(message, AwaitResult):
                 message.reply.send(TaskOutcome.from_error(failure))
             elif not isinstance(message, Stop):
-                message.reply.fail(failure.exception())
+                message.reply.fail_value(failure)
 
     async def _list(self, message: ListTasks) -> None:
         try:
@@ -684,13 +686,11 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 functools.partial(self.store.page, message.owner, message.cursor, self.limits.list_page_size)
             )
         except InvalidCursor:
-            message.reply.fail(
-                ErrorValue(INVALID_PARAMS, "Invalid params at 'cursor': unknown cursor").exception()
-            )
+            message.reply.fail_value(ErrorValue(INVALID_PARAMS, "Invalid params at 'cursor': unknown cursor"))
             return
         except Exception as exc:
             log.error("task store failed to list tasks: %r", exc, exc_info=exc)
-            message.reply.fail(ErrorValue(INTERNAL_ERROR, STORE_FAILED).exception())
+            message.reply.fail_value(STORE_FAILURE)
             return
         live = self._actors
         message.reply.send(([live[r.task_id].shown if r.task_id in live else r for r in records], cursor))
@@ -802,7 +802,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         """A removal's last half, once the store has deleted the record: waiters on another
         process's task are failed with ``error``, the tracer is told."""
         for reply in self._remote_waiters.pop(task_id, ()):
-            reply.fail(error.exception())
+            reply.fail_value(error)
         if self.tracer is not no_trace and (removed is not None or actor is not None):
             self.tracer("task.expired" if error is EXPIRED else "task.removed", {"task_id": task_id})
             self.tracer("actor.stop", {"actor": "TaskActor", "name": task_id})
@@ -968,7 +968,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 if record is not None and record.outcome is not None:
                     reply.send(record.outcome)
                 else:
-                    reply.fail(EXPIRED.exception())
+                    reply.fail_value(EXPIRED)
 
     async def _fail_lapsed(self) -> None:
         """Fail tasks whose process stopped renewing their lease: their work is gone. A task

@@ -199,8 +199,8 @@ class _CancelWait:
     def abandoned(self) -> bool:
         return self.reply.abandoned
 
-    def fail(self, error: BaseException) -> None:
-        self.reply.fail(error)
+    def fail_value(self, error: ErrorValue) -> None:
+        self.reply.fail_value(error)
 
 
 class TaskActor:
@@ -474,7 +474,7 @@ class TaskActor:
         """Handle one message. Never waits; answers go to the message's reply slot."""
         if self._stopped is not None:
             if not isinstance(message, Stop):
-                message.reply.fail(self._stopped.exception())
+                message.reply.fail_value(self._stopped)
         elif isinstance(message, Poll):
             message.reply.send(self.shown)
         elif isinstance(message, AwaitResult):
@@ -514,7 +514,7 @@ class TaskActor:
         self._scope.cancel()
         waiters, self._waiters = self._waiters or (), None
         for waiter in waiters:
-            waiter.fail(error.exception())
+            waiter.fail_value(error)
 
     def stop(self, error: ErrorValue) -> None:
         """Stop for good (the task is being removed): abort, and answer ``error`` from now on."""
