@@ -32,6 +32,7 @@ from typing import Any
 
 import trio
 
+from trio_mcp.protocol import jsonrpc
 from trio_mcp.server import tune_gc
 
 from .memory import _ANSWER_PREFIX, _INITIALIZE, _INITIALIZED, SLEEP_CALL, SUBJECTS, task_ids
@@ -56,7 +57,12 @@ class _Feed:
         self._window_done: trio.Event | None = None
 
     # the subject's side (trio-mcp's Transport; the floor's loop reads the same way)
-    async def receive(self) -> bytes:
+    async def receive(self) -> jsonrpc.Received:
+        """Parsed, as a real transport hands a message on."""
+        return jsonrpc.read(await self.receive_bytes())
+
+    async def receive_bytes(self) -> bytes:
+        """As sent (what the floor's loop reads: it parses for itself)."""
         while not self.inbox:
             self._reader = trio.Event()
             await self._reader.wait()
@@ -148,7 +154,7 @@ async def _serve_bare_trio(measure: Measure) -> None:
 
         async def read() -> None:
             while True:
-                floor.handle(json.loads(await feed.receive()))
+                floor.handle(json.loads(await feed.receive_bytes()))
 
         nursery.start_soon(read)
         await feed.window([_INITIALIZE])

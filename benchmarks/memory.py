@@ -156,7 +156,7 @@ async def _serve_trio_mcp(measure: Measure) -> None:
     client_side, server_side = memory_transport_pair()
     async with server.open() as runtime, trio.open_nursery() as nursery:
         nursery.start_soon(runtime.serve, server_side)
-        driver = Driver(client_side.send, client_side.receive)
+        driver = Driver(client_side.send, client_side.receive_bytes)
         await driver.handshake()
         await measure(driver)
         nursery.cancel_scope.cancel()

@@ -42,7 +42,7 @@ async def test_error_answers_leave_no_memory_behind() -> None:
 
         async def response() -> dict[str, Any]:
             while True:  # skip notifications (the cancelled task's status)
-                message: dict[str, Any] = json.loads(await wire.receive())
+                message: dict[str, Any] = json.loads(await wire.receive_bytes())
                 if "id" in message:
                     return message
 

@@ -65,7 +65,7 @@ async def responses(wire: MemoryTransport, count: int) -> dict[int, dict[str, An
     """The next ``count`` responses by id (notifications skipped)."""
     out: dict[int, dict[str, Any]] = {}
     while len(out) < count:
-        message = json.loads(await wire.receive())
+        message = json.loads(await wire.receive_bytes())
         if "id" in message:
             out[message["id"]] = message
     return out
@@ -128,8 +128,8 @@ async def test_a_client_that_stops_reading_is_let_go_after_the_write_timeout(aut
         started = trio.current_time()
         with pytest.raises((trio.EndOfChannel, trio.BrokenResourceError)):
             await trio.sleep(DEFAULT_WRITE_TIMEOUT + 1)  # we read nothing meanwhile
-            await wire.receive()  # the CreateTaskResult was never written: the server gave up
-            await wire.receive()
+            await wire.receive_bytes()  # the CreateTaskResult was never written: the server gave up
+            await wire.receive_bytes()
         assert trio.current_time() - started >= DEFAULT_WRITE_TIMEOUT
         await trio.testing.wait_all_tasks_blocked()
         # The session ended, and its never-started task with it.

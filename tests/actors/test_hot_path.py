@@ -38,7 +38,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trio_mcp.actors._receiver import Started
-from trio_mcp.actors._session import _ToolWork
+from trio_mcp.actors._calls import ToolRun
 from trio_mcp.actors.runtime import Reply
 from trio_mcp.actors.supervisor import (
     NOT_FOUND,
@@ -133,7 +133,7 @@ def test_a_text_result_settles_its_task_as_the_general_path_does(text: str) -> N
 
     entry = server.tools["say"]
     for scope in (HandshakeDialect(), ModernScope("2026-07-28", {}, None, None, server.info)):
-        work = _ToolWork(None, entry, None, None, scope, None)  # type: ignore[arg-type]
+        work = ToolRun(None, entry, None, None, scope, None)  # type: ignore[arg-type]
         assert work.finish(text) == scope.settle_tool_result(entry.finish(text))
 
 
@@ -184,7 +184,7 @@ async def test_a_tool_without_a_context_is_started_without_a_call_object() -> No
 
     for name, takes_context in (("plain", False), ("aware", True)):
         spy = Spy(server.tools[name])
-        work = _ToolWork(None, spy, {"text": "hi"}, None, HandshakeDialect(), None)  # type: ignore[arg-type]
+        work = ToolRun(None, spy, {"text": "hi"}, None, HandshakeDialect(), None)  # type: ignore[arg-type]
         running = work.start(TaskActor.__new__(TaskActor))
         assert await running == "hi"  # type: ignore[misc]
         assert [call is not None for call in spy.calls] == [takes_context]

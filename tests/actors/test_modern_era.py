@@ -177,7 +177,7 @@ class Wire:
 
     async def receive(self) -> dict[str, Any]:
         with trio.fail_after(RECEIVE_TIMEOUT):
-            data = await self.transport.receive()
+            data = await self.transport.receive_bytes()
         message: dict[str, Any] = json.loads(data)
         assert message.get("jsonrpc") == "2.0", message
         return message

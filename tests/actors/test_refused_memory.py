@@ -78,7 +78,7 @@ async def test_refused_creations_free_their_requests_without_the_cyclic_gc(
 
         async def answer_to(request_id: int) -> dict[str, Any]:
             while True:  # skip notifications
-                message: dict[str, Any] = json.loads(await wire.receive())
+                message: dict[str, Any] = json.loads(await wire.receive_bytes())
                 if message.get("id") == request_id:
                     return message
 

@@ -125,7 +125,7 @@ class Wire:
 
     async def receive(self) -> dict[str, Any]:
         with trio.fail_after(30):
-            data = await self.transport.receive()
+            data = await self.transport.receive_bytes()
         message = _strict_json(data)
         check_message(message)
         return message  # type: ignore[no-any-return]

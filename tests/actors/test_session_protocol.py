@@ -137,7 +137,7 @@ class Wire:
 
     async def receive(self) -> dict[str, Any]:
         with trio.fail_after(self.receive_timeout):
-            data = await self.transport.receive()
+            data = await self.transport.receive_bytes()
         message: dict[str, Any] = json.loads(data)
         assert message.get("jsonrpc") == "2.0", message
         return message
@@ -207,7 +207,7 @@ class Wire:
     async def assert_quiet(self, seconds: float = 1.0) -> None:
         """Nothing arrives for ``seconds`` (virtual seconds under the autojump clock)."""
         with trio.move_on_after(seconds):
-            message = await self.transport.receive()
+            message = await self.transport.receive_bytes()
             raise AssertionError(f"unexpected message: {message!r}")
 
     async def ping_ok(self) -> None:

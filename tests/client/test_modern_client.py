@@ -98,7 +98,7 @@ async def legacy_peer(on_discover: str) -> AsyncIterator[tuple[MemoryTransport, 
     async def serve() -> None:
         while True:
             try:
-                message = json.loads(await server_side.receive())
+                message = json.loads(await server_side.receive_bytes())
             except trio.EndOfChannel:
                 return
             method = message.get("method")

@@ -81,7 +81,7 @@ class Wire:
             json.dumps({"jsonrpc": "2.0", "id": self.ids, "method": method, "params": body}).encode()
         )
         while True:
-            message = json.loads(await self.transport.receive())
+            message = json.loads(await self.transport.receive_bytes())
             if "id" in message:
                 assert message["id"] == self.ids
                 return message
@@ -90,7 +90,7 @@ class Wire:
     async def next_notification(self) -> dict[str, Any]:
         if self.notifications:
             return self.notifications.pop(0)
-        message: dict[str, Any] = json.loads(await self.transport.receive())
+        message: dict[str, Any] = json.loads(await self.transport.receive_bytes())
         assert "id" not in message, message
         return message
 

@@ -31,7 +31,7 @@ async def test_oversized_line_gets_an_error_and_the_server_keeps_serving() -> No
         async with open_subprocess_transport(DEMO) as transport:
             huge = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"x": "a" * (5 << 20)}})
             await transport.send(huge.encode())
-            error = json.loads(await transport.receive())
+            error = json.loads(await transport.receive_line())
             assert error["id"] is None and error["error"]["code"] == -32600
             await transport.send(b'{"jsonrpc":"2.0","id":2,"method":"ping"}')
-            assert json.loads(await transport.receive()) == {"jsonrpc": "2.0", "id": 2, "result": {}}
+            assert json.loads(await transport.receive_line()) == {"jsonrpc": "2.0", "id": 2, "result": {}}

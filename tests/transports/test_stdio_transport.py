@@ -96,7 +96,7 @@ async def receive_all(transport: StreamTransport) -> list[bytes]:
     messages = []
     while True:
         try:
-            messages.append(await transport.receive())
+            messages.append(await transport.receive_line())
         except trio.EndOfChannel:
             return messages
 
@@ -104,7 +104,7 @@ async def receive_all(transport: StreamTransport) -> list[bytes]:
 async def assert_eof(transport: StreamTransport) -> None:
     for _ in range(2):  # EOF is sticky
         with pytest.raises(trio.EndOfChannel):
-            await transport.receive()
+            await transport.receive_line()
 
 
 # ----------------------------------------------------------------------------- framing
@@ -117,9 +117,9 @@ def test_stream_transport_satisfies_the_protocol() -> None:
 
 async def test_many_lines_in_one_chunk_need_one_read() -> None:
     transport, stream = scripted([b'{"a":1}\n{"b":2}\n{"c":3}\n'])
-    assert await transport.receive() == b'{"a":1}'
-    assert await transport.receive() == b'{"b":2}'
-    assert await transport.receive() == b'{"c":3}'
+    assert await transport.receive_line() == b'{"a":1}'
+    assert await transport.receive_line() == b'{"b":2}'
+    assert await transport.receive_line() == b'{"c":3}'
     assert stream.reads == 1  # all three lines came out of the first chunk
     await assert_eof(transport)
     assert stream.reads == 2  # one more read to see EOF, and no read after EOF
@@ -139,8 +139,8 @@ async def test_returned_messages_are_bytes() -> None:
 async def test_line_split_over_many_chunks() -> None:
     message = bytes(range(32, 127)) * 100  # 9500 bytes
     transport, _ = scripted([*split_every(message, 100), b"\nnext\n"], max_message_size=10_000)
-    assert await transport.receive() == message
-    assert await transport.receive() == b"next"
+    assert await transport.receive_line() == message
+    assert await transport.receive_line() == b"next"
     await assert_eof(transport)
 
 
@@ -163,8 +163,8 @@ async def test_blank_and_whitespace_lines_are_skipped() -> None:
 
 async def test_final_unterminated_line_is_returned_before_eof() -> None:
     transport, _ = scripted([b"a\nb", b"c"])
-    assert await transport.receive() == b"a"
-    assert await transport.receive() == b"bc"
+    assert await transport.receive_line() == b"a"
+    assert await transport.receive_line() == b"bc"
     await assert_eof(transport)
 
 
@@ -186,9 +186,9 @@ async def test_eof_on_empty_input() -> None:
 async def test_oversized_line_raises_once_then_next_line_is_fine() -> None:
     transport, _ = scripted([b"x" * 11 + b"\nok\n"], max_message_size=10)
     with pytest.raises(MessageTooLarge) as info:
-        await transport.receive()
+        await transport.receive_line()
     assert info.value.limit == 10
-    assert await transport.receive() == b"ok"
+    assert await transport.receive_line() == b"ok"
     await assert_eof(transport)
 
 
@@ -196,11 +196,11 @@ async def test_oversized_line_across_chunks_is_discarded_without_buffering() -> 
     chunks = [*split_every(b"x" * 300, 3), b"\nok\n"]
     transport, stream = scripted(chunks, max_message_size=10)
     with pytest.raises(MessageTooLarge):
-        await transport.receive()
+        await transport.receive_line()
     # Raised as soon as the excess arrived, long before the line ended...
     assert stream.reads == 4
     # ...and the rest of the line is skipped without raising again.
-    assert await transport.receive() == b"ok"
+    assert await transport.receive_line() == b"ok"
     assert stream.reads == len(chunks)
     assert len(transport._partial) == 0
     await assert_eof(transport)
@@ -210,8 +210,8 @@ async def test_consecutive_oversized_lines_each_raise_once() -> None:
     transport, _ = scripted([b"x" * 20 + b"\n" + b"y" * 5, b"y" * 20 + b"\nok\n"], max_message_size=10)
     for _ in range(2):
         with pytest.raises(MessageTooLarge):
-            await transport.receive()
-    assert await transport.receive() == b"ok"
+            await transport.receive_line()
+    assert await transport.receive_line() == b"ok"
     await assert_eof(transport)
 
 
@@ -232,9 +232,9 @@ async def test_line_of_exactly_the_limit_is_accepted(chunks: list[bytes]) -> Non
     transport, _ = scripted(
         [*chunks[:-1], chunks[-1] + b"ok\n"] if terminated else chunks, max_message_size=10
     )
-    assert await transport.receive() == b"x" * 10
+    assert await transport.receive_line() == b"x" * 10
     if terminated:
-        assert await transport.receive() == b"ok"
+        assert await transport.receive_line() == b"ok"
     await assert_eof(transport)
 
 
@@ -257,9 +257,9 @@ async def test_line_one_over_the_limit_is_rejected(chunks: list[bytes]) -> None:
         [*chunks[:-1], chunks[-1] + b"ok\n"] if terminated else chunks, max_message_size=10
     )
     with pytest.raises(MessageTooLarge):
-        await transport.receive()
+        await transport.receive_line()
     if terminated:
-        assert await transport.receive() == b"ok"
+        assert await transport.receive_line() == b"ok"
     await assert_eof(transport)
 
 
@@ -287,7 +287,7 @@ async def test_concurrent_receive_is_refused() -> None:
         nursery.start_soon(transport.receive)
         await trio.testing.wait_all_tasks_blocked()
         with pytest.raises(trio.BusyResourceError):
-            await transport.receive()
+            await transport.receive_line()
         await send_stream.send_all(b"hi\n")
 
 
@@ -297,9 +297,9 @@ async def test_cancelled_receive_loses_nothing() -> None:
     await send_stream.send_all(b"one\ntw")
     with trio.CancelScope() as scope:
         scope.cancel()
-        await transport.receive()  # cancelled before it takes "one"
+        await transport.receive_line()  # cancelled before it takes "one"
     assert scope.cancelled_caught
-    assert await transport.receive() == b"one"
+    assert await transport.receive_line() == b"one"
     with trio.move_on_after(1) as scope:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(transport.receive)  # blocks: "tw" is incomplete
@@ -307,7 +307,7 @@ async def test_cancelled_receive_loses_nothing() -> None:
             nursery.cancel_scope.cancel()
     assert not scope.cancelled_caught
     await send_stream.send_all(b"o\n")
-    assert await transport.receive() == b"two"
+    assert await transport.receive_line() == b"two"
 
 
 async def test_bidirectional_pair_round_trip() -> None:
@@ -316,12 +316,12 @@ async def test_bidirectional_pair_round_trip() -> None:
     b = StreamTransport(right, right)
     async with a, b:
         await a.send(b'{"id":1}')
-        assert await b.receive() == b'{"id":1}'
+        assert await b.receive_line() == b'{"id":1}'
         await b.send(b'{"id":1,"result":{}}')
-        assert await a.receive() == b'{"id":1,"result":{}}'
+        assert await a.receive_line() == b'{"id":1,"result":{}}'
         await a.send_eof()
         with pytest.raises(trio.EndOfChannel):
-            await b.receive()
+            await b.receive_line()
 
 
 async def test_lockstep_round_trip() -> None:
@@ -426,7 +426,7 @@ async def test_closed_transport_refuses_send_and_receive() -> None:
     await transport.aclose()  # idempotent
     assert stream.closed
     with pytest.raises(trio.ClosedResourceError):
-        await transport.receive()
+        await transport.receive_line()
     with pytest.raises(trio.ClosedResourceError):
         await transport.send(b"x")
 
@@ -504,7 +504,7 @@ def test_blank_and_oversized_lines_at_arbitrary_chunk_boundaries(
         got: list[bytes | None] = []
         while True:
             try:
-                got.append(await transport.receive())
+                got.append(await transport.receive_line())
             except MessageTooLarge:
                 got.append(None)
             except trio.EndOfChannel:
@@ -552,7 +552,7 @@ STDIO_SERVER = textwrap.dedent(
         async with open_stdio_transport(max_message_size=100) as transport:
             while True:
                 try:
-                    message = await transport.receive()
+                    message = await transport.receive_line()
                 except trio.EndOfChannel:
                     break
                 except Exception as exc:
@@ -581,7 +581,7 @@ async def test_subprocess_echo_and_graceful_exit() -> None:
         assert isinstance(transport, SubprocessTransport)
         for message in [b'{"id":1}', b'{"id":2}', "ünïcode".encode()]:
             await transport.send(message)
-            assert await transport.receive() == message
+            assert await transport.receive_line() == message
         process = transport.process
         assert process.returncode is None
     assert process.returncode == 0  # exited on its own after stdin closed
@@ -591,7 +591,7 @@ async def test_subprocess_echo_and_graceful_exit() -> None:
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 async def test_subprocess_ignoring_eof_gets_sigterm() -> None:
     async with open_subprocess_transport(python(IGNORES_EOF), shutdown_timeout=0.2) as transport:
-        assert await transport.receive() == b"ready"
+        assert await transport.receive_line() == b"ready"
     assert transport.process.returncode == -signal.SIGTERM
     assert_reaped(transport.process.pid)
 
@@ -600,7 +600,7 @@ async def test_subprocess_ignoring_eof_gets_sigterm() -> None:
 async def test_subprocess_ignoring_eof_and_sigterm_gets_killed() -> None:
     start = time.monotonic()
     async with open_subprocess_transport(python(STUBBORN), shutdown_timeout=0.2) as transport:
-        assert await transport.receive() == b"ready"  # its SIGTERM handler is installed
+        assert await transport.receive_line() == b"ready"  # its SIGTERM handler is installed
         shutdown_start = time.monotonic()
     assert transport.process.returncode == -signal.SIGKILL
     assert_reaped(transport.process.pid)
@@ -612,7 +612,7 @@ async def test_subprocess_is_reaped_when_cancelled() -> None:
     with trio.CancelScope() as scope:
         async with open_subprocess_transport(python(ECHO), shutdown_timeout=0.2) as transport:
             scope.cancel()
-            await transport.receive()
+            await transport.receive_line()
     assert scope.cancelled_caught
     assert transport.process.returncode is not None
     assert_reaped(transport.process.pid)
@@ -628,15 +628,15 @@ async def test_subprocess_command_must_be_a_list() -> None:
 async def test_stdio_server_end_to_end() -> None:
     async with open_subprocess_transport(python(STDIO_SERVER)) as transport:
         await transport.send(b'{"method":"ping"}')
-        assert await transport.receive() == b'{"METHOD":"PING"}'
+        assert await transport.receive_line() == b'{"METHOD":"PING"}'
         await transport.send(b"x" * 101)
-        assert await transport.receive() == b"MessageTooLarge"
+        assert await transport.receive_line() == b"MessageTooLarge"
         await transport.send(b"still here")
-        assert await transport.receive() == b"STILL HERE"
+        assert await transport.receive_line() == b"STILL HERE"
         await transport.send_eof()
-        assert await transport.receive() == b"after 1 1"
+        assert await transport.receive_line() == b"after 1 1"
         with pytest.raises(trio.EndOfChannel):
-            await transport.receive()
+            await transport.receive_line()
     assert transport.process.returncode == 0
 
 

@@ -214,7 +214,7 @@ async def rpc(transport: WebSocketTransport, request_id: int, method: str, param
         json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode()
     )
     while True:
-        message = json.loads(await transport.receive())
+        message = json.loads(await transport.receive_bytes())
         if message.get("id") == request_id:
             return message
 
@@ -398,7 +398,7 @@ async def test_a_failing_session_is_logged_and_others_go_on(
             async with serving(flaky) as port:
                 async with open_websocket_transport(url(port)) as transport:
                     with pytest.raises(trio.EndOfChannel):
-                        await transport.receive()
+                        await transport.receive_bytes()
                 async with connect_websocket(url(port)) as client:
                     assert (await client.call_tool("echo", {"text": "fine"})).text == "fine"
     assert any("bug in a session" in record.getMessage() for record in caplog.records)
@@ -421,7 +421,7 @@ async def test_binary_frame_closes_1003(server: Server) -> None:
         async with serving(server) as port, open_websocket_transport(url(port)) as transport:
             await transport.connection.send_message(b'{"jsonrpc":"2.0","id":1,"method":"ping"}')
             with pytest.raises(trio.EndOfChannel):
-                await transport.receive()
+                await transport.receive_bytes()
             assert transport.close_reason is not None and transport.close_reason.code == 1003
 
 
@@ -435,7 +435,7 @@ async def test_oversized_message_closes_1009(server: Server, payload: str) -> No
         async with serving(server) as port, open_websocket_transport(url(port)) as transport:
             await transport.send(payload.encode())
             with pytest.raises(trio.EndOfChannel):
-                await transport.receive()
+                await transport.receive_bytes()
             assert transport.close_reason is not None and transport.close_reason.code == 1009
 
 
@@ -453,7 +453,7 @@ async def test_message_of_exactly_the_limit_passes(server: Server) -> None:
         async with serving(server) as port, open_websocket_transport(url(port)) as transport:
             assert "result" in await rpc(transport, 1, "initialize", INITIALIZE)
             await transport.send(request(text))
-            reply = json.loads(await transport.receive())
+            reply = json.loads(await transport.receive_bytes())
             assert reply["result"]["content"][0]["text"] == text
 
 
@@ -471,7 +471,7 @@ async def test_server_shutdown_closes_cleanly(server: Server) -> None:
                 assert "result" in await rpc(transport, 1, "initialize", INITIALIZE)
                 server_scope.cancel()  # stop the server; the client stays
                 with pytest.raises(trio.EndOfChannel):
-                    await transport.receive()
+                    await transport.receive_bytes()
                 assert transport.close_reason is not None and transport.close_reason.code == 1000
                 with pytest.raises(trio.BrokenResourceError):
                     await transport.send(b'{"jsonrpc":"2.0","id":9,"method":"ping"}')
@@ -797,7 +797,7 @@ async def test_binary_frames_from_server_are_refused_by_client_too(server: Serve
         with trio.fail_after(5):
             async with open_websocket_transport(url(ws_server.port)) as transport:
                 with pytest.raises(trio.EndOfChannel):
-                    await transport.receive()
+                    await transport.receive_bytes()
                 assert transport.close_reason is not None and transport.close_reason.code == 1003
         nursery.cancel_scope.cancel()
 
@@ -821,7 +821,7 @@ async def test_send_many_writes_its_frames_at_once_and_each_is_a_message(server:
             pings = [json.dumps({"jsonrpc": "2.0", "id": i, "method": "ping"}).encode() for i in (1, 2, 3)]
             await transport.send_many(pings)
             assert len(writes) == 1  # three frames, one write
-            answers = [json.loads(await transport.receive()) for _ in pings]
+            answers = [json.loads(await transport.receive_bytes()) for _ in pings]
             assert [a["id"] for a in answers] == [1, 2, 3] and all(a["result"] == {} for a in answers)
             with pytest.raises(UnicodeDecodeError):
                 await transport.send_many([b'{"jsonrpc":"2.0","id":4,"method":"ping"}', b"\xff"])

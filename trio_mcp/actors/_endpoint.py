@@ -31,8 +31,8 @@ from typing import Any
 import trio
 
 from ..protocol import jsonrpc
-from ..protocol.errors import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, ErrorValue, McpError
-from ..transports.base import MessageTooLarge, Transport
+from ..protocol.errors import INTERNAL_ERROR, METHOD_NOT_FOUND, ErrorValue, McpError
+from ..transports.base import Transport
 from .runtime import MailboxFull, Reply
 from .trace import Tracer, no_trace
 
@@ -56,6 +56,14 @@ NO_RESPONSE: dict[str, Any] = {}
 """Returned by a handler that already sent its response itself."""
 
 Handler = Callable[[jsonrpc.Request], Awaitable[dict[str, Any]]]
+
+
+def _traced(message: jsonrpc.Received) -> bytes:
+    """A received message as the tracer records it: its JSON (the error answered, for input
+    that was not a message)."""
+    if isinstance(message, jsonrpc.Unreadable):
+        return jsonrpc.encode(message.response)
+    return jsonrpc.encode(message)
 
 
 class ConnectionClosed(Exception):
@@ -256,26 +264,23 @@ class Endpoint:
                 return
 
     async def _read_loop(self) -> None:
+        # The transport hands on parsed messages (parsed once, where they were framed).
         while True:
             try:
-                data = await self._receive()
+                message = await self._receive()
             except (trio.EndOfChannel, trio.BrokenResourceError, trio.ClosedResourceError):
                 return
-            except MessageTooLarge as exc:
-                await self.respond_error(None, ErrorValue(INVALID_REQUEST, f"Invalid request: {exc}"))
-                continue
+            if isinstance(message, bytes):  # TRANSITIONAL: a transport not yet handing on parsed messages
+                message = jsonrpc.read(message)
             if self._tracer is not None:
-                self._tracer("message.in", {"connection": self.name, "data": data})
-            try:
-                message = jsonrpc.parse(data)
-            except jsonrpc.InvalidMessage as exc:
-                error = exc.response.error
-                await self.send(jsonrpc.encode_error(exc.response.id, error.code, error.message))
-                continue
+                self._tracer("message.in", {"connection": self.name, "data": _traced(message)})
             if isinstance(message, jsonrpc.Request):
                 await self.on_request(message)
             elif isinstance(message, jsonrpc.Notification):
                 await self.on_notification(message)
+            elif isinstance(message, jsonrpc.Unreadable):
+                error = message.response
+                await self.send(jsonrpc.encode_error(error.id, error.error.code, error.error.message))
             else:
                 self._on_response(message)
 
@@ -345,7 +350,7 @@ class Endpoint:
         """Whether nothing is going on that the peer waits for (override)."""
         return True
 
-    async def _receive(self) -> bytes:
+    async def _receive(self) -> jsonrpc.Received:
         if self.idle_timeout is None:
             return await self.transport.receive()
         while True:

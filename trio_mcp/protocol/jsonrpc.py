@@ -21,9 +21,11 @@ __all__ = [
     "InvalidMessage",
     "Message",
     "Notification",
+    "Received",
     "Request",
     "RequestId",
     "Response",
+    "Unreadable",
     "encode",
     "encode_error",
     "encode_notification",
@@ -33,6 +35,8 @@ __all__ = [
     "encode_response_json",
     "parse",
     "parse_object",
+    "read",
+    "too_large",
 ]
 
 RequestId = int | str
@@ -76,6 +80,19 @@ class ErrorResponse:
 Message = Request | Notification | Response | ErrorResponse
 
 
+@attrs.frozen
+class Unreadable:
+    """What a transport hands on for input that is not a JSON-RPC message (or too large to
+    read): ``response``, the error to answer it with. A value, not an exception: the
+    connection goes on with the next message."""
+
+    response: ErrorResponse
+
+
+Received = Message | Unreadable
+"""What a transport's ``receive`` returns: a parsed message, or input it could not read."""
+
+
 class InvalidMessage(Exception):
     """Input that is not a valid JSON-RPC message; ``response`` is the answer to send."""
 
@@ -108,6 +125,29 @@ def parse(data: bytes | str) -> Message:
     if not isinstance(obj, dict):
         raise _invalid(INVALID_REQUEST, "Invalid request: a message must be a JSON object")
     return parse_object(obj)
+
+
+def read(data: bytes | str) -> Received:
+    """:func:`parse` for a transport: the message, or the :class:`Unreadable` to answer.
+
+    >>> read(b'{"jsonrpc":"2.0","id":1,"method":"ping"}')
+    Request(id=1, method='ping', params=None)
+    >>> read(b"[]").response.error.code
+    -32600
+    """
+    try:
+        return parse(data)
+    except InvalidMessage as exc:
+        return Unreadable(exc.response)
+
+
+def too_large(limit: int) -> Unreadable:
+    """The :class:`Unreadable` for a message over a transport's ``limit`` bytes (skipped)."""
+    return Unreadable(
+        ErrorResponse(
+            None, ErrorObject(INVALID_REQUEST, f"Invalid request: message exceeds the {limit} byte limit")
+        )
+    )
 
 
 def parse_object(obj: dict[str, Any]) -> Message:

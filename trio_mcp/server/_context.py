@@ -68,7 +68,7 @@ class Context:
         >>> #     db: Database = ctx.lifespan
         >>> #     return await db.get(key)
         """
-        return _lifespan_values.get(self._call.session.supervisor)
+        return _lifespan_values.get(self._call.peer.supervisor)
 
     async def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
@@ -143,7 +143,7 @@ class Context:
     @property
     def client_tasks(self) -> TaskRequestor:
         """Follow the tasks the client runs for us: ``get``, ``result``, ``list``, ``cancel``, ``poll``."""
-        return self._call.session.client_tasks
+        return self._call.peer.client_tasks
 
     async def elicit_task(
         self, message: str, schema: dict[str, Any], *, ttl_ms: int | None = None

@@ -27,6 +27,7 @@ from typing import Any, TypeAlias, TypeVar, overload
 import attrs
 import trio
 
+from ..actors._request import RequestObserver
 from ..actors._session import SessionActor, ToolCall
 from ..actors.supervisor import TaskLimits, TaskSupervisor
 from ..actors.trace import Tracer, no_trace
@@ -102,31 +103,17 @@ class RegisteredTool:
     def name(self) -> str:
         return self.tool.name
 
-    async def call(self, arguments: dict[str, Any] | None, call: ToolCall) -> CallToolResult:
-        """Validate and run. Bad arguments and tool exceptions become ``isError`` results;
-        an :class:`McpError` raised by the tool stays a protocol error."""
-        running = self.start(arguments, call)
-        del arguments  # not kept by this frame while the tool runs
-        if isinstance(running, CallToolResult):
-            return running
-        try:
-            value = await running
-        except McpError:
-            raise
-        except Exception as exc:
-            return self.failed(exc)
-        return self.finish(value)
-
     def start(
         self, arguments: dict[str, Any] | None, call: ToolCall | None
     ) -> Awaitable[Any] | CallToolResult:
-        """The first part of :meth:`call`, which never waits: the tool's running coroutine,
+        """Validate the arguments and start the tool, never waiting: its running coroutine,
         or the ``isError`` result for bad arguments. Await the coroutine, then hand what it
         returns to :meth:`finish` (an exception other than McpError to :meth:`failed`).
         ``call`` may be None for a tool that takes no Context (its ``context_param`` is None).
 
-        A task runs its tool in these parts, so that no frame of ours sits between the task's
-        actor and the tool while it runs (each would be kept for the task's whole life)."""
+        The runtime runs every tool in these parts (``ToolRun``, for plain calls and tasks
+        alike), so that no frame of ours sits between a task's actor and its tool while it
+        runs (each would be kept for the task's whole life)."""
         try:
             kwargs = self.spec.validate(arguments) if self.spec is not None else dict(arguments or {})
         except ArgumentError as exc:
@@ -282,6 +269,10 @@ class Server:
         bytes); by default each server makes its own."""
         self.lifespan: Lifespan | None = lifespan
         """Entered by each :meth:`open` around the runtime; see the class docstring."""
+        self.request_observer: RequestObserver | None = None
+        """Told of every request's stages — admitted, answered, written (or dropped) — for
+        telemetry; see :class:`~trio_mcp.actors._request.RequestObserver`. Set it before the
+        server is opened."""
 
     @overload
     def tool(self, name: F, /) -> F: ...

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import attrs
 import trio
 
+from ..protocol import jsonrpc
 from .trace import Trace
 
 __all__ = ["Delivery", "Direction", "Faults", "Link", "Pipe", "ToolFault", "pipe_pair"]
@@ -172,7 +173,12 @@ class Pipe:
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise trio.BrokenResourceError("peer closed") from exc
 
-    async def receive(self) -> bytes:
+    async def receive(self) -> jsonrpc.Received:
+        """The next message, parsed (what a client or server end reads)."""
+        return jsonrpc.read(await self.receive_bytes())
+
+    async def receive_bytes(self) -> bytes:
+        """The next message as sent (what the link's pump moves)."""
         try:
             return await self._receive.receive()
         except trio.ClosedResourceError as exc:
@@ -236,7 +242,7 @@ class Link:
     async def _pump(self, direction: Literal["in", "out"], source: Pipe, dest: Pipe) -> None:
         while True:
             try:
-                data = await source.receive()
+                data = await source.receive_bytes()
             except (trio.EndOfChannel, trio.BrokenResourceError, trio.ClosedResourceError):
                 break
             delivery = self._delivery(direction, data)

@@ -1,9 +1,18 @@
-"""The one interface every transport implements: whole JSON-RPC messages in and out."""
+"""The one interface every transport implements: parsed JSON-RPC messages in, encoded
+messages out.
+
+A transport parses what it receives once (:func:`~trio_mcp.protocol.jsonrpc.read`) and hands
+the runtime the message, or an :class:`~trio_mcp.protocol.jsonrpc.Unreadable` value for input
+that is not one (or is over its size limit); the runtime encodes each answer once, and the
+transport frames and writes those bytes.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol
+
+from ..protocol.jsonrpc import Received
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
@@ -17,7 +26,8 @@ DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
 
 class MessageTooLarge(Exception):
-    """An incoming message exceeded the transport's limit and was discarded.
+    """An incoming message exceeded the transport's limit and was discarded (a framer's
+    internal signal: ``receive`` hands on :func:`~trio_mcp.protocol.jsonrpc.too_large`).
 
     The transport stays usable: the next ``receive()`` returns the message after it.
     """
@@ -28,17 +38,18 @@ class MessageTooLarge(Exception):
 
 
 class Transport(Protocol):
-    """A bidirectional stream of serialized JSON-RPC messages.
+    """A bidirectional stream of JSON-RPC messages.
 
     ``send`` takes one encoded message (UTF-8 JSON, no framing); ``receive`` returns the next
-    one, raises :class:`trio.EndOfChannel` when the peer has closed cleanly, and
-    :class:`MessageTooLarge` for an oversized message it skipped. A transport serialises
-    concurrent ``send`` calls itself, so that frames never interleave.
+    one parsed — or an :class:`~trio_mcp.protocol.jsonrpc.Unreadable` for input that is not a
+    message, or over the size limit (skipped) — and raises :class:`trio.EndOfChannel` when
+    the peer has closed cleanly. A transport serialises concurrent ``send`` calls itself, so
+    that frames never interleave.
     """
 
     async def send(self, message: bytes) -> None: ...
 
-    async def receive(self) -> bytes: ...
+    async def receive(self) -> Received: ...
 
     async def aclose(self) -> None: ...
 

@@ -7,7 +7,8 @@ import math
 import attrs
 import trio
 
-from .base import DEFAULT_MAX_MESSAGE_SIZE, MessageTooLarge
+from ..protocol import jsonrpc
+from .base import DEFAULT_MAX_MESSAGE_SIZE
 
 __all__ = [
     "MemoryTransport",
@@ -29,14 +30,23 @@ class MemoryTransport:
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise trio.BrokenResourceError("peer closed") from exc
 
-    async def receive(self) -> bytes:
+    async def receive(self) -> jsonrpc.Received:
+        """The next message, parsed (over ``max_message_size`` bytes: skipped, and
+        :func:`~trio_mcp.protocol.jsonrpc.too_large` handed on)."""
         try:
             message = await self._incoming.receive()
         except trio.ClosedResourceError as exc:
             raise trio.EndOfChannel from exc
         if len(message) > self.max_message_size:
-            raise MessageTooLarge(self.max_message_size)
-        return message
+            return jsonrpc.too_large(self.max_message_size)
+        return jsonrpc.read(message)
+
+    async def receive_bytes(self) -> bytes:
+        """The next message as sent, unparsed (a raw peer's view, for tests)."""
+        try:
+            return await self._incoming.receive()
+        except trio.ClosedResourceError as exc:
+            raise trio.EndOfChannel from exc
 
     async def aclose(self) -> None:
         await self._outgoing.aclose()

@@ -15,14 +15,17 @@ may appear on the stream, so a *server* using :func:`open_stdio_transport` must 
   failed), the peer may have received half a frame, so the transport refuses all later sends
   with :class:`trio.BrokenResourceError` instead of corrupting the stream further; a send that
   is cancelled *before* it starts writing does not break the transport.
-* **Receiving.** ``receive()`` returns the next line without its ``\\n`` (and without one
+* **Receiving.** ``receive()`` returns the next message, parsed once
+  (:func:`~trio_mcp.protocol.jsonrpc.read`: an ``Unreadable`` value for a line that is not
+  one); ``receive_line()`` the next line itself, without its ``\\n`` (and without one
   trailing ``\\r``, so CRLF peers work). Empty and whitespace-only lines are skipped. At end of
-  input it raises :class:`trio.EndOfChannel`, after first returning a final line that was not
+  input both raise :class:`trio.EndOfChannel`, after first returning a final line that was not
   newline-terminated. Message bytes are otherwise returned exactly as received.
 * **Bounded memory.** A line longer than ``max_message_size`` bytes (not counting the
-  ``\\r\\n``/``\\n`` terminator) raises :class:`~trio_mcp.transports.base.MessageTooLarge`
-  exactly once, as soon as the excess is seen; the rest of that line is read and thrown
-  away without being buffered, and the next ``receive()`` returns the line after it. The
+  ``\\r\\n``/``\\n`` terminator) is reported exactly once, as soon as the excess is seen —
+  ``receive()`` returns :func:`~trio_mcp.protocol.jsonrpc.too_large`, ``receive_line()``
+  raises :class:`~trio_mcp.transports.base.MessageTooLarge` — and the rest of that line is
+  read and thrown away without being buffered; the next call returns the line after it. The
   transport never holds more than about ``max_message_size`` plus one read chunk (64 KiB).
   (A *whitespace-only* line longer than the limit counts as oversized too.)
 * **Efficiency.** Input is read in 64 KiB chunks; newlines are found with ``bytes.find`` on
@@ -51,6 +54,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from ..protocol import jsonrpc
 from .base import DEFAULT_MAX_MESSAGE_SIZE, MessageTooLarge
 
 __all__ = [
@@ -180,7 +184,15 @@ class StreamTransport(trio.abc.AsyncResource):
 
     # ---------------------------------------------------------------- receiving
 
-    async def receive(self) -> bytes:
+    async def receive(self) -> jsonrpc.Received:
+        """The next message, parsed (see :meth:`receive_line` for what raises)."""
+        try:
+            line = await self.receive_line()
+        except MessageTooLarge as exc:
+            return jsonrpc.too_large(exc.limit)
+        return jsonrpc.read(line)
+
+    async def receive_line(self) -> bytes:
         """Return the next non-blank line, without its terminator.
 
         Raises:

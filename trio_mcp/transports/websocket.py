@@ -53,6 +53,7 @@ import trio_websocket
 from trio_websocket import WebSocketConnection
 from wsproto.events import TextMessage
 
+from ..protocol import jsonrpc
 from .base import DEFAULT_MAX_MESSAGE_SIZE
 
 __all__ = [
@@ -192,8 +193,17 @@ class WebSocketTransport:
             self._send_broken = True  # cancelled (or failed) in the middle: part may be written
             raise
 
-    async def receive(self) -> bytes:
-        """The next message, as UTF-8 bytes.
+    async def receive(self) -> jsonrpc.Received:
+        """The next message, parsed (an :class:`~trio_mcp.protocol.jsonrpc.Unreadable` for
+        text that is not a JSON-RPC message); see :meth:`receive_text` for what raises."""
+        return jsonrpc.read(await self.receive_text())
+
+    async def receive_bytes(self) -> bytes:
+        """The next message as UTF-8 bytes, unparsed (a raw peer's view)."""
+        return (await self.receive_text()).encode("utf-8")
+
+    async def receive_text(self) -> str:
+        """The next message's text, unparsed.
 
         Raises:
           trio.EndOfChannel: the connection closed (by the peer, or by us after a binary or
@@ -210,13 +220,14 @@ class WebSocketTransport:
             log.info("%s sent a binary frame; closing with 1003", self.connection)
             await self._close(CLOSE_UNSUPPORTED_DATA, "binary frames are not supported; send text")
             raise trio.EndOfChannel("peer sent a binary frame")
-        data = message.encode("utf-8")
-        if len(data) > self.max_message_size:
-            # trio-websocket counts characters; the limit is in bytes.
-            log.info("%s sent a message over %d bytes; closing with 1009", self.connection, len(data))
+        # trio-websocket counts characters; the limit is in bytes (at most 4 a character).
+        if len(message) * 4 > self.max_message_size and len(message.encode("utf-8")) > self.max_message_size:
+            log.info(
+                "%s sent a message over %d bytes; closing with 1009", self.connection, self.max_message_size
+            )
             await self._close(CLOSE_MESSAGE_TOO_BIG, f"message exceeds {self.max_message_size} bytes")
             raise trio.EndOfChannel("peer sent an oversized message")
-        return data
+        return message
 
     async def aclose(self, code: int = 1000, reason: str | None = None) -> None:
         """Close cleanly (closing handshake bounded by ``close_timeout``), then drop the TCP

@@ -1,0 +1,558 @@
+"""Dispatch, apart from the connection loop: what each era-neutral command does.
+
+A dialect turns a request into a command (and a scope: how its era writes answers); the
+command's :class:`~trio_mcp.protocol.commands.Serving` says how it is served; :data:`HANDLERS`
+— one table for both eras — says by what. Whoever serves requests (a connection's
+:class:`~trio_mcp.actors._session.SessionActor`, or :func:`serve_one` for one stateless
+request) carries out the serving kind — admission, a Trio task of its own, answering from a
+reply's continuation — and calls the handler; a handler knows nothing of connections.
+
+A handler is called as ``handler(host, command, scope, request)``:
+
+- ``NOW``: returns the answer (a result, JSON text, or an :class:`ErrorValue`);
+- ``QUERY`` / ``CREATE``: returns the :class:`Started` query (or the answer, when it is
+  known without asking);
+- ``INLINE`` / ``CALL`` / ``MAYBE_TASK``: a coroutine returning the result (an McpError it
+  raises is the error answer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import attrs
+import trio
+
+from ..protocol import jsonrpc
+from ..protocol.commands import (
+    CallTool,
+    CancelTask,
+    Command,
+    Complete,
+    Discover,
+    GetPrompt,
+    GetTask,
+    Initialize,
+    Listen,
+    ListPrompts,
+    ListResources,
+    ListResourceTemplates,
+    ListTasks,
+    ListTools,
+    Ping,
+    ReadResource,
+    Serving,
+    SetLogLevel,
+    SubscribeResource,
+    UpdateTask,
+)
+from ..protocol.converter import unstructure
+from ..protocol.cursors import decode_cursor, encode_cursor
+from ..protocol.errors import INVALID_PARAMS, ErrorValue, McpError
+from ..protocol.handshake import HandshakeDialect
+from ..protocol.messages import Implementation
+from ..protocol.modern import ModernDialect, ModernScope
+from ..protocol.records import TaskOutcome, TaskRecord
+from ..protocol.request_state import StateCodec, binding_of
+from ..protocol.tasks import TaskStatus
+from ._calls import InputNeeded, Peer, Scope, ToolCall, ToolEntry, ToolRun
+from ._receiver import Rendered, Started, TaskReceiver
+from ._request import InboundRequest, RequestObserver
+from .runtime import Reply, ask
+from .supervisor import Route, Unwatch, Watch
+from .task_actor import Poll
+
+__all__ = ["HANDLERS", "REQUIRED_INPUT_ROUNDS", "HiddenTask", "Host", "Listener", "Service"]
+
+REQUIRED_INPUT_ROUNDS = 32
+"""Scheduler rounds a ``task_support="required"`` tool runs, in the modern era, before its
+CreateTaskResult goes out: input it asks for within them is gathered first by multi
+round-trip (``InputRequiredResult``), as SEP-2663 asks of a tool that gathers input and then
+runs as a task. Input asked later is asked through the task."""
+
+
+class Service(Protocol):
+    """What is served: the server layer's description of itself and its tools."""
+
+    @property
+    def info(self) -> Implementation: ...
+
+    @property
+    def instructions(self) -> str | None: ...
+
+    @property
+    def tools_page_size(self) -> int: ...
+
+    @property
+    def tools(self) -> Mapping[str, ToolEntry]: ...
+
+    @property
+    def state_codec(self) -> StateCodec: ...
+
+    @property
+    def request_observer(self) -> RequestObserver | None: ...
+
+    def capabilities(self) -> dict[str, Any]: ...
+    def resource_list(self) -> list[dict[str, Any]]: ...
+    def template_list(self) -> list[dict[str, Any]]: ...
+    def prompt_list(self) -> list[dict[str, Any]]: ...
+    async def read_resource(self, uri: str, call: ToolCall) -> list[dict[str, Any]] | None: ...
+    async def get_prompt(self, name: str, arguments: dict[str, str], call: ToolCall) -> dict[str, Any]: ...
+    async def complete(
+        self, ref: dict[str, Any], argument: dict[str, Any], context: dict[str, Any] | None
+    ) -> dict[str, Any]: ...
+
+
+@attrs.frozen
+class Listener:
+    """An open ``subscriptions/listen`` stream: its scope and what it asked for."""
+
+    scope: ModernScope
+    lists: frozenset[str]
+    uris: frozenset[str]
+
+
+class Host(Peer, Protocol):
+    """Whoever serves a request, as its handler sees it: a connection's session, or one
+    stateless request's exchange."""
+
+    service: Service
+    owner: str
+    connection_owned: bool
+    receiver: TaskReceiver
+    dialect: HandshakeDialect
+    modern: ModernDialect
+    listeners: dict[jsonrpc.RequestId, Listener]
+    subscribed: set[str]
+    unwritten: set[str]
+    """Tasks created for a request whose answer (showing them) is not written yet."""
+
+    def notify_encoded(self, data: bytes) -> bool: ...
+    async def send(self, data: bytes) -> None: ...
+    def remove_task(self, task_id: str) -> None: ...
+
+
+# -- answered now ---------------------------------------------------------------------------
+def _ping(host: Host, command: Ping, scope: Scope, request: InboundRequest) -> Rendered:
+    return {}
+
+
+def _initialize(host: Host, command: Initialize, scope: Scope, request: InboundRequest) -> Rendered:
+    service = host.service
+    return host.dialect.initialize(command, service.info, service.instructions, service.capabilities())
+
+
+def _set_log_level(host: Host, command: SetLogLevel, scope: Scope, request: InboundRequest) -> Rendered:
+    return host.dialect.set_log_level(command)
+
+
+def _discover(host: Host, command: Discover, scope: Scope, request: InboundRequest) -> Rendered:
+    assert isinstance(scope, ModernScope)
+    return host.modern.discover(scope, host.service.capabilities())
+
+
+def _subscribe(host: Host, command: SubscribeResource, scope: Scope, request: InboundRequest) -> Rendered:
+    if command.subscribe:
+        host.subscribed.add(command.uri)
+    else:
+        host.subscribed.discard(command.uri)
+    return {}
+
+
+# -- task queries -----------------------------------------------------------------------------
+def _get(host: Host, command: GetTask, scope: Scope, request: InboundRequest) -> Started | Rendered:
+    """``tasks/get``: answered from the record when it can be read without waiting (see
+    :meth:`TaskSupervisor.current`), else through the supervisor's mailbox."""
+    current = host.supervisor.current(host.owner, command.task_id)
+    if current is None:
+        return host.receiver.start_get(command.task_id, scope)
+    if isinstance(current, ErrorValue):
+        return current
+    return scope.task_json(current)
+
+
+def _cancel(host: Host, command: CancelTask, scope: Scope, request: InboundRequest) -> Started | Rendered:
+    return host.receiver.start_cancel(command.task_id, scope)
+
+
+def _update(host: Host, command: UpdateTask, scope: Scope, request: InboundRequest) -> Started | Rendered:
+    return host.receiver.start_update(command.task_id, command.input_responses, scope)
+
+
+def _list_tasks(host: Host, command: ListTasks, scope: Scope, request: InboundRequest) -> Started | Rendered:
+    return host.receiver.start_list(command.cursor, host.dialect.render_page)
+
+
+def _create(host: Host, command: CallTool, scope: Scope, request: InboundRequest) -> Started | Rendered:
+    """A task: create it; the work starts once the CreateTaskResult is queued."""
+    entry = host.service.tools[command.name]
+    work = ToolRun(host, entry, command.arguments, command.progress_token, scope)
+    return host.receiver.start_create(work, command.ttl_ms, entry.immediate_response, scope)
+
+
+# -- lists --------------------------------------------------------------------------------------
+def _page(host: Host, items: list[Any], key: str, cursor: str | None) -> dict[str, Any]:
+    try:
+        start = decode_cursor(key, cursor) if cursor is not None else 0
+    except ValueError:
+        start = -1
+    if not 0 <= start <= len(items):
+        raise McpError(INVALID_PARAMS, "Invalid params at 'cursor': unknown cursor")
+    end = start + host.service.tools_page_size
+    result: dict[str, Any] = {key: items[start:end]}
+    if end < len(items):
+        result["nextCursor"] = encode_cursor(key, end)
+    return result
+
+
+async def _tools_list(
+    host: Host, command: ListTools, scope: Scope, request: InboundRequest
+) -> dict[str, Any]:
+    page = _page(host, list(host.service.tools.values()), "tools", command.cursor)
+    page["tools"] = [unstructure(entry.tool) for entry in page["tools"]]
+    return scope.cacheable(page)
+
+
+async def _resources_list(
+    host: Host, command: ListResources, scope: Scope, request: InboundRequest
+) -> dict[str, Any]:
+    return scope.cacheable(_page(host, host.service.resource_list(), "resources", command.cursor))
+
+
+async def _templates_list(
+    host: Host, command: ListResourceTemplates, scope: Scope, request: InboundRequest
+) -> dict[str, Any]:
+    return scope.cacheable(_page(host, host.service.template_list(), "resourceTemplates", command.cursor))
+
+
+async def _prompts_list(
+    host: Host, command: ListPrompts, scope: Scope, request: InboundRequest
+) -> dict[str, Any]:
+    return scope.cacheable(_page(host, host.service.prompt_list(), "prompts", command.cursor))
+
+
+async def _complete(host: Host, command: Complete, scope: Scope, request: InboundRequest) -> dict[str, Any]:
+    return scope.complete(await host.service.complete(command.ref, command.argument, command.context))
+
+
+# -- calls --------------------------------------------------------------------------------------
+def _state_binding(host: Host, binding: tuple[str, str, Any]) -> str:
+    # Bound to the caller where there is an identity; a connection-minted owner changes
+    # with every connection (stateless HTTP), so those states bind to the call alone.
+    owner = host.owner if not host.connection_owned else "anonymous"
+    return binding_of(owner, *binding)
+
+
+def _answers(
+    host: Host, binding: tuple[str, str, Any], request_state: str | None, responses: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The answers a retry carries: the sealed ones, plus new responses to what was asked."""
+    if request_state is None:
+        return dict(responses or {})
+    opened = host.service.state_codec.open(
+        request_state, binding=_state_binding(host, binding), now=host.supervisor.wall_clock()
+    )
+    if opened is None:
+        raise McpError(INVALID_PARAMS, "Invalid params at 'requestState': not a state this server issued")
+    answers = dict(opened.get("answers") or {})
+    for key in opened.get("asked") or ():
+        if responses and key in responses:
+            answers[key] = responses[key]
+    return answers
+
+
+def _input_required(
+    host: Host, binding: tuple[str, str, Any], mrtr: InputNeeded, scope: ModernScope
+) -> dict[str, Any]:
+    state = host.service.state_codec.seal(
+        {"answers": mrtr.answers, "asked": list(mrtr.needed)},
+        binding=_state_binding(host, binding),
+        now=host.supervisor.wall_clock(),
+    )
+    return scope.input_required(mrtr.needed, state)
+
+
+def _retry_of(request: jsonrpc.Request) -> tuple[str | None, dict[str, Any] | None]:
+    """A modern-era retry's ``requestState`` and ``inputResponses`` (-32602 if malformed)."""
+    params = request.params or {}
+    state, responses = params.get("requestState"), params.get("inputResponses")
+    if state is not None and not isinstance(state, str):
+        raise McpError(INVALID_PARAMS, "Invalid params at 'requestState': expected a string")
+    if responses is not None and not isinstance(responses, dict):
+        raise McpError(INVALID_PARAMS, "Invalid params at 'inputResponses': expected an object")
+    return state, responses
+
+
+async def _call(host: Host, command: CallTool, scope: Scope, request: InboundRequest) -> dict[str, Any]:
+    """A plain ``tools/call``: run the tool and answer with its result. In the modern era,
+    input it needs comes back as an ``InputRequiredResult`` (the retry runs it again)."""
+    entry = host.service.tools[command.name]
+    if scope.era != "modern":
+        return await ToolRun(host, entry, command.arguments, command.progress_token, scope).result()
+    assert isinstance(scope, ModernScope)
+    binding = ("tools/call", command.name, command.arguments)
+    mrtr = InputNeeded(_answers(host, binding, command.request_state, command.input_responses))
+    with mrtr.scope:
+        return await ToolRun(host, entry, command.arguments, command.progress_token, scope, mrtr).result()
+    return _input_required(host, binding, mrtr, scope)
+
+
+async def _read_or_get(
+    host: Host, command: ReadResource | GetPrompt, scope: Scope, request: InboundRequest
+) -> dict[str, Any]:
+    """``resources/read`` or ``prompts/get``; in a modern-era request, input the function
+    asks for comes back as an ``InputRequiredResult`` (as for a plain tool call)."""
+    binding: tuple[str, str, Any]
+    if isinstance(command, ReadResource):
+        binding = ("resources/read", command.uri, None)
+    else:
+        binding = ("prompts/get", command.name, command.arguments)
+    mrtr = (
+        InputNeeded(_answers(host, binding, *_retry_of(request.message))) if scope.era == "modern" else None
+    )
+    call = ToolCall(host, None, None, scope, mrtr)
+    with mrtr.scope if mrtr is not None else contextlib.nullcontext():
+        if isinstance(command, ReadResource):
+            contents = await host.service.read_resource(command.uri, call)
+            if contents is None:
+                raise scope.resource_not_found(command.uri).exception()
+            return scope.cacheable({"contents": contents})
+        return scope.complete(await host.service.get_prompt(command.name, command.arguments, call))
+    assert isinstance(scope, ModernScope) and mrtr is not None
+    return _input_required(host, binding, mrtr, scope)
+
+
+async def _listen(host: Host, command: Listen, scope: Scope, request: InboundRequest) -> dict[str, Any]:
+    """``subscriptions/listen``: acknowledge what will be sent, then tagged notifications —
+    the watched tasks' status, list changes, updates of the resources named — until the
+    client cancels the request (``notifications/cancelled``) or goes away."""
+    assert isinstance(scope, ModernScope)
+    subscription = request.id
+    early: list[TaskRecord] | None = []  # changes seen before the acknowledgement went out
+
+    def watcher(record: TaskRecord) -> None:
+        if early is not None:
+            early.append(record)
+        elif not host.closed:
+            host.notify(*scope.task_notification(subscription, record))
+
+    task_ids = command.task_ids or ()
+    accepted: tuple[str, ...] = ()
+    lists = {
+        kind
+        for kind, wanted in (
+            ("tools", command.tools_list_changed),
+            ("prompts", command.prompts_list_changed),
+            ("resources", command.resources_list_changed),
+        )
+        if wanted
+    }
+    uris = frozenset(command.resource_uris or ())
+    supervisor = host.supervisor
+    try:
+        if task_ids:
+            accepted = await ask(supervisor, lambda reply: Watch(host.owner, task_ids, watcher, reply))
+        honoured: dict[str, Any] = {}
+        if command.task_ids is not None:
+            honoured["taskIds"] = list(accepted)
+        for kind in sorted(lists):
+            honoured[f"{kind}ListChanged"] = True
+        if command.resource_uris is not None:
+            honoured["resourceSubscriptions"] = list(command.resource_uris)
+        await host.send(jsonrpc.encode_notification(*scope.subscription_ack(subscription, honoured)))
+        host.listeners[subscription] = Listener(scope, frozenset(lists), uris)
+        backlog, early = early, None
+        for record in backlog or ():
+            host.notify(*scope.task_notification(subscription, record))
+        await trio.sleep_forever()
+    finally:
+        host.listeners.pop(subscription, None)
+        if accepted:
+            supervisor.mailbox.put(Unwatch(accepted, watcher), system=True)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class HiddenTask:
+    """The task of a server-directed call while no client may know of it: from its creation
+    until the answer showing it (its CreateTaskResult) is handed to the transport.
+
+    Whatever else ends the call — a plain result, more input first, the request cancelled, the
+    connection closed, at any point, even before the creation was answered — removes the task,
+    whoever owns it: an identity's tasks outlive the connection, so the removal of a
+    connection's own tasks would not catch it. Until written, its id is also in the host's
+    ``unwritten``, so a disconnect removes it too."""
+
+    __slots__ = ("done", "host", "task_id")
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.task_id: str | None = None
+        self.done = False
+        """The call is over: its answer queued, or none will be."""
+
+    def created(self, reply: Reply[TaskRecord]) -> None:
+        """The creation's continuation: runs as soon as the task exists (in the creating
+        actor's task), whether or not the call still waits for it. Never raises."""
+        if reply.failed:
+            return  # refused: there is no task
+        task_id = reply.unwrap().task_id
+        if self.done:
+            self.host.remove_task(task_id)  # the call gave up before it was created
+        else:
+            self.task_id = task_id
+            self.host.unwritten.add(task_id)
+
+    def written(self) -> None:
+        """The call's answer was handed to the transport: the task it shows, if it shows one,
+        is known to the client from now on."""
+        task_id, self.task_id = self.task_id, None
+        if task_id is not None:
+            self.host.unwritten.discard(task_id)
+
+    def remove(self) -> None:
+        """The task is not shown, or its answer will never be written: it goes."""
+        task_id, self.task_id = self.task_id, None
+        if task_id is not None:
+            self.host.unwritten.discard(task_id)
+            self.host.remove_task(task_id)
+
+
+async def _call_maybe_task(
+    host: Host, command: CallTool, scope: Scope, request: InboundRequest
+) -> dict[str, Any]:
+    """Server-directed tasks: the call runs as a task from the start, hidden until the
+    answer decides what the client sees.
+
+    - Optional tool: if it ends within the auto-task window it is answered with its result
+      (the task is forgotten); otherwise, or as soon as it asks for input, with the task.
+    - Required tool (``as_task``): always answered with the task — but input it asks for
+      before that answer is gathered first, by multi round-trip (``InputRequiredResult``; the
+      retry re-runs it with the answers), so the task's input phase is over when it is shown.
+
+    Until the answer showing it is written, the task is hidden (see :class:`HiddenTask`, which
+    whoever serves the request keeps as ``request.hidden``): whatever ends the call otherwise
+    removes it.
+    """
+    assert isinstance(scope, ModernScope)
+    hidden = HiddenTask(host)
+    request.hidden = hidden
+    needs_input = trio.Event()
+
+    def watch(record: TaskRecord) -> None:
+        if record.status == TaskStatus.INPUT_REQUIRED:
+            needs_input.set()
+
+    entry = host.service.tools[command.name]
+    binding = ("tools/call", command.name, command.arguments)
+    mrtr = (
+        InputNeeded(_answers(host, binding, command.request_state, command.input_responses))
+        if command.as_task
+        else None
+    )
+    work = ToolRun(host, entry, command.arguments, command.progress_token, scope, mrtr)
+    started = host.receiver.start_create(work, None, entry.immediate_response, scope, watcher=watch)
+    # Told of the task the moment it exists, even if this call has stopped waiting by then.
+    started.reply.then(hidden.created)
+    keep = False
+    try:
+        record: TaskRecord = await started.reply.wait()
+        host.receiver.start_work(record)
+        answer, keep = await _settle_maybe_task(
+            host, record, scope, needs_input, entry.immediate_response, mrtr, binding
+        )
+        return answer
+    finally:
+        if not keep:
+            # Not shown (a plain result, more input first, withdrawn, cancelled, refused):
+            # nobody holds its id.
+            hidden.remove()
+
+
+async def _settle_maybe_task(
+    host: Host,
+    record: TaskRecord,
+    scope: ModernScope,
+    needs_input: trio.Event,
+    immediate: str | None,
+    mrtr: InputNeeded | None,
+    binding: tuple[str, str, Any],
+) -> tuple[dict[str, Any], bool]:
+    """The answer to a server-directed call, and whether it shows the task."""
+    outcome: TaskOutcome | None = None
+
+    async def wait_for_outcome(cancel_scope: trio.CancelScope) -> None:
+        nonlocal outcome
+        try:
+            outcome = await host.receiver.outcome(record.task_id)
+        except McpError:
+            pass  # removed meanwhile: answer with the task, whose record says what happened
+        cancel_scope.cancel()
+
+    async def wait_for(event: trio.Event, cancel_scope: trio.CancelScope) -> None:
+        await event.wait()
+        cancel_scope.cancel()
+
+    async def first_rounds(cancel_scope: trio.CancelScope) -> None:
+        for _ in range(REQUIRED_INPUT_ROUNDS):
+            await trio.lowlevel.checkpoint()
+        cancel_scope.cancel()
+
+    # An optional tool gets the auto-task window; a required one is a task anyway, and only
+    # the input it asks for at once (within its first scheduler rounds) comes before it.
+    window = host.supervisor.limits.auto_task_after_ms / 1000 if mrtr is None else math.inf
+    with trio.move_on_after(window):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wait_for_outcome, nursery.cancel_scope)
+            nursery.start_soon(wait_for, needs_input, nursery.cancel_scope)
+            if mrtr is not None:
+                nursery.start_soon(wait_for, mrtr.needed_event, nursery.cancel_scope)
+                nursery.start_soon(first_rounds, nursery.cancel_scope)
+    if mrtr is not None and mrtr.needed:
+        await trio.lowlevel.checkpoint()  # let questions asked together all be recorded
+        return _input_required(host, binding, mrtr, scope), False
+    if outcome is not None and mrtr is None:
+        rendered = scope.render_outcome(record.task_id, outcome)
+        if isinstance(rendered, ErrorValue):
+            raise rendered.exception()
+        return rendered, False
+    if mrtr is not None:
+        mrtr.task_shown = True  # from now on, input is asked through the task
+    poll: Reply[TaskRecord] = Reply()
+    host.supervisor.tell(Route(host.owner, record.task_id, Poll(poll)))
+    return scope.render_created(await poll.wait(), immediate), True
+
+
+Handler = Callable[[Host, Any, Scope, InboundRequest], Any]
+
+HANDLERS: Mapping[tuple[Serving, type[Command]], Handler] = {
+    # answered now
+    (Serving.NOW, Ping): _ping,
+    (Serving.NOW, Initialize): _initialize,
+    (Serving.NOW, SetLogLevel): _set_log_level,
+    (Serving.NOW, Discover): _discover,
+    (Serving.NOW, SubscribeResource): _subscribe,
+    # task queries, and task creation
+    (Serving.QUERY, GetTask): _get,
+    (Serving.QUERY, CancelTask): _cancel,
+    (Serving.QUERY, UpdateTask): _update,
+    (Serving.QUERY, ListTasks): _list_tasks,
+    (Serving.CREATE, CallTool): _create,
+    # answered in order by the reader
+    (Serving.INLINE, ListTools): _tools_list,
+    (Serving.INLINE, ListResources): _resources_list,
+    (Serving.INLINE, ListResourceTemplates): _templates_list,
+    (Serving.INLINE, ListPrompts): _prompts_list,
+    (Serving.INLINE, Complete): _complete,
+    # in a Trio task of their own
+    (Serving.CALL, CallTool): _call,
+    (Serving.CALL, ReadResource): _read_or_get,
+    (Serving.CALL, GetPrompt): _read_or_get,
+    (Serving.CALL, Listen): _listen,
+    (Serving.MAYBE_TASK, CallTool): _call_maybe_task,
+}
+"""How each command is served, by its serving kind and type: the one table of both eras
+(``tasks/result``, :attr:`Serving.RESULT`, is the server's own: answered from the reply when
+the task has ended, else waited for)."""
