@@ -19,8 +19,9 @@ A handler is called as ``handler(host, command, scope, request)``:
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import attrs
@@ -51,7 +52,7 @@ from ..protocol.commands import (
 )
 from ..protocol.converter import unstructure
 from ..protocol.cursors import decode_cursor, encode_cursor
-from ..protocol.errors import INVALID_PARAMS, ErrorValue, McpError
+from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, ErrorValue, McpError
 from ..protocol.handshake import HandshakeDialect
 from ..protocol.messages import Implementation
 from ..protocol.modern import ModernDialect, ModernScope
@@ -59,13 +60,76 @@ from ..protocol.records import TaskOutcome, TaskRecord
 from ..protocol.request_state import StateCodec, binding_of
 from ..protocol.tasks import TaskStatus
 from ._calls import InputNeeded, Peer, Scope, ToolCall, ToolEntry, ToolRun
-from ._receiver import Rendered, Started, TaskReceiver
+from ._endpoint import OVERLOADED
+from ._receiver import Rendered, Started, TaskReceiver, encode_answer
 from ._request import InboundRequest, RequestObserver
-from .runtime import Reply, ask
+from .runtime import MailboxFull, Reply, ask
 from .supervisor import Route, Unwatch, Watch
 from .task_actor import Poll
 
-__all__ = ["HANDLERS", "REQUIRED_INPUT_ROUNDS", "HiddenTask", "Host", "Listener", "Service"]
+__all__ = [
+    "HANDLERS",
+    "REQUIRED_INPUT_ROUNDS",
+    "HiddenTask",
+    "Host",
+    "Listener",
+    "Service",
+    "answer_of",
+    "unoffered",
+]
+
+log = logging.getLogger("trio_mcp")
+
+_CAPABILITY_OF_METHOD: dict[str, str] = {
+    "resources/list": "resources",
+    "resources/templates/list": "resources",
+    "resources/read": "resources",
+    "resources/subscribe": "resources",
+    "resources/unsubscribe": "resources",
+    "prompts/list": "prompts",
+    "prompts/get": "prompts",
+    "completion/complete": "completions",
+}
+
+
+def unoffered(service: Service, method: str) -> ErrorValue | None:
+    """-32601 for a method of a kind the server does not offer (resources, prompts,
+    completion), else None."""
+    capability = _CAPABILITY_OF_METHOD.get(method)
+    if capability is not None and capability not in service.capabilities():
+        return ErrorValue(METHOD_NOT_FOUND, f"Method not found: {method}")
+    return None
+
+
+async def answer_of(
+    request: InboundRequest, call: Callable[[], Awaitable[Rendered]]
+) -> tuple[bytes, int | None]:
+    """Run ``call`` and encode what it returns (a result, one already JSON text, or an error
+    value), or the JSON-RPC error it raised: the answer, and its error code (None for a
+    result). Anything but McpError is a bug in a handler: logged, answered -32603, never
+    raised (cancellation goes on up)."""
+    error: ErrorValue | None = None
+    try:
+        result = await call()
+    except McpError as exc:
+        error = exc.value
+    except MailboxFull:
+        error = OVERLOADED
+    except Exception as exc:
+        log.error("handler for %s failed: %r", request.message.method, exc, exc_info=exc)
+        error = ErrorValue(INTERNAL_ERROR, f"Internal error: {exc}")
+    request_id = request.id
+    if error is None:
+        if isinstance(result, ErrorValue):
+            error = result
+        else:
+            try:
+                return encode_answer(request_id, result), None
+            except (ValueError, TypeError) as exc:  # e.g. NaN, or an object JSON cannot hold
+                log.error("cannot encode the result for request %r: %r", request_id, exc)
+                error = ErrorValue(INTERNAL_ERROR, f"Internal error: result is not JSON: {exc}")
+    return jsonrpc.encode_error(request_id, error.code, error.message, error.data), error.code
+
 
 REQUIRED_INPUT_ROUNDS = 32
 """Scheduler rounds a ``task_support="required"`` tool runs, in the modern era, before its

@@ -80,10 +80,19 @@ class Started:
         return rendered
 
 
+class StatusSink(Protocol):
+    """Where a receiver's status notifications go: a connection, or one stateless request."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def notify_encoded(self, data: bytes) -> bool: ...
+
+
 class TaskReceiver:
     def __init__(
         self,
-        endpoint: Endpoint,
+        endpoint: StatusSink,
         supervisor: TaskSupervisor,
         owner: str,
         dialect: Renderer,
@@ -124,12 +133,15 @@ class TaskReceiver:
         self.supervisor.start_work(self.owner, record.task_id)
 
     async def create(self, request: jsonrpc.Request, work: Work, ttl_ms: int | None) -> None:
-        """Create a task for ``request``, answer it with the CreateTaskResult, then start the work."""
+        """Create a task for ``request``, answer it with the CreateTaskResult, then start the
+        work (a connection's receiver: the client side's)."""
+        endpoint = self.endpoint
+        assert isinstance(endpoint, Endpoint)
         started = self.start_create(work, ttl_ms)
         answered = False
         try:
             record = await started.reply.wait()
-            await self.endpoint.respond(request.id, self.dialect.render_created(record, None))
+            await endpoint.respond(request.id, self.dialect.render_created(record, None))
             answered = True
         finally:
             if not answered:  # cancelled, or the connection closed: nobody got its id

@@ -63,11 +63,10 @@ class InboundRequest:
 
     __slots__ = ("after_written", "hidden", "message", "observer", "serving", "stage")
 
-    def __init__(
-        self, message: jsonrpc.Request, serving: Serving, observer: RequestObserver | None = None
-    ) -> None:
+    def __init__(self, message: jsonrpc.Request, observer: RequestObserver | None = None) -> None:
         self.message = message
-        self.serving = serving
+        self.serving: Serving | None = None
+        """How it is served, once its dialect has read it (None: refused before that)."""
         self.observer = observer
         self.stage = ADMITTED
         self.after_written: Callable[[], None] | None = None

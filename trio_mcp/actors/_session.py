@@ -23,14 +23,14 @@ import trio
 
 from ..protocol import jsonrpc
 from ..protocol.commands import AwaitTaskResult, Serving, serving_of
-from ..protocol.errors import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, ErrorValue, McpError
+from ..protocol.errors import INTERNAL_ERROR, INVALID_REQUEST, ErrorValue, McpError
 from ..protocol.handshake import HandshakeDialect
 from ..protocol.messages import TaskSupport
 from ..protocol.modern import ModernDialect, is_modern
 from ..protocol.records import TaskRecord
 from ..transports.base import Transport
 from ._calls import InputNeeded, Scope, ToolCall, ToolEntry, ToolRun
-from ._dispatch import HANDLERS, REQUIRED_INPUT_ROUNDS, Listener, Service
+from ._dispatch import HANDLERS, REQUIRED_INPUT_ROUNDS, Listener, Service, answer_of, unoffered
 from ._endpoint import OVERLOADED, ConnectionClosed, Endpoint
 from ._receiver import Rendered, Started, TaskReceiver, encode_answer
 from ._request import InboundRequest
@@ -75,17 +75,6 @@ def connection_owner() -> str:
     """A fresh identity for a connection without an authenticated one."""
     return "connection:" + secrets.token_urlsafe(12)
 
-
-_CAPABILITY_OF_METHOD: dict[str, str] = {
-    "resources/list": "resources",
-    "resources/templates/list": "resources",
-    "resources/read": "resources",
-    "resources/subscribe": "resources",
-    "resources/unsubscribe": "resources",
-    "prompts/list": "prompts",
-    "prompts/get": "prompts",
-    "completion/complete": "completions",
-}
 
 Call = Callable[[], Awaitable[dict[str, Any]]]
 
@@ -196,30 +185,31 @@ class SessionActor(Endpoint):
     async def on_request(self, message: jsonrpc.Request) -> None:
         # The era is decided per request: the modern envelope in ``_meta`` means 2026-07-28
         # (stateless); anything else is the handshake era of this connection.
+        request = InboundRequest(message, self.service.request_observer)
         modern = is_modern(message.params)
-        capability = _CAPABILITY_OF_METHOD.get(message.method)
-        if capability is not None and capability not in self.service.capabilities():
-            # A server that offers no resources (prompts, completion) does not have their methods.
-            if modern or self.dialect.initialized:
-                await self.respond_error(
-                    message.id, ErrorValue(METHOD_NOT_FOUND, f"Method not found: {message.method}")
-                )
-                return
         scope: Scope
-        if modern:
+        refused: ErrorValue | None = None
+        if modern or self.dialect.initialized:
+            # A server that offers no resources (prompts, completion) does not have their methods.
+            refused = unoffered(self.service, message.method)
+        if refused is not None:
+            pass
+        elif modern:
             interpreted = self.modern.interpret(message, self._tool_support)
             if isinstance(interpreted, ErrorValue):
-                await self.respond_error(message.id, interpreted)
-                return
-            command, scope = interpreted
+                refused = interpreted
+            else:
+                command, scope = interpreted
         else:
             read = self.dialect.interpret(message, self._tool_support)
             if isinstance(read, ErrorValue):
-                await self.respond_error(message.id, read)
-                return
-            command, scope = read, self.dialect
-        serving = serving_of(command, modern)
-        request = InboundRequest(message, serving, self.service.request_observer)
+                refused = read
+            else:
+                command, scope = read, self.dialect
+        if refused is not None:
+            self._queue_answer(request, encode_answer(message.id, refused), refused.code)
+            return
+        serving = request.serving = serving_of(command, modern)
         if serving is Serving.RESULT:
             assert isinstance(command, AwaitTaskResult)
             await self._await_result(request, command.task_id, scope)
@@ -245,30 +235,11 @@ class SessionActor(Endpoint):
         return False
 
     async def _answer(self, request: InboundRequest, call: Call) -> bool:
-        """Run ``call`` and queue its result, or the JSON-RPC error it stands for; whether an
-        answer was queued. Anything but McpError is a bug in a handler: logged, answered
-        -32603, never raised."""
-        error: ErrorValue | None = None
-        try:
-            result = await call()
-        except McpError as exc:
-            error = exc.value
-        except MailboxFull:
-            error = OVERLOADED
-        except Exception as exc:
-            log.error("handler for %s failed: %r", request.message.method, exc, exc_info=exc)
-            error = ErrorValue(INTERNAL_ERROR, f"Internal error: {exc}")
+        """Run ``call`` and queue its answer (:func:`answer_of`); ConnectionClosed if the
+        connection has closed."""
+        data, error = await answer_of(request, call)
         await trio.lowlevel.checkpoint_if_cancelled()
-        request_id = request.id
-        if error is None:
-            try:
-                data = jsonrpc.encode_response(request_id, result)
-            except (ValueError, TypeError) as exc:  # e.g. NaN, or an object JSON cannot hold
-                log.error("cannot encode the result for request %r: %r", request_id, exc)
-                error = ErrorValue(INTERNAL_ERROR, f"Internal error: result is not JSON: {exc}")
-        if error is not None:
-            data = jsonrpc.encode_error(request_id, error.code, error.message, error.data)
-        if not self._queue_answer(request, data, None if error is None else error.code):
+        if not self._queue_answer(request, data, error):
             raise ConnectionClosed
         return True
 

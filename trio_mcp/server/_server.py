@@ -27,10 +27,12 @@ from typing import Any, TypeAlias, TypeVar, overload
 import attrs
 import trio
 
+from ..actors._oneshot import Stateless
 from ..actors._request import RequestObserver
 from ..actors._session import SessionActor, ToolCall
 from ..actors.supervisor import TaskLimits, TaskSupervisor
 from ..actors.trace import Tracer, no_trace
+from ..protocol import jsonrpc
 from ..protocol.converter import unstructure
 from ..protocol.errors import INVALID_PARAMS, McpError
 from ..protocol.messages import (
@@ -541,12 +543,14 @@ class Server:
         for runtime in list(self._runtimes):
             for session in list(runtime.sessions):
                 session.list_changed(kind)
+            runtime.stateless.list_changed(kind)
 
     def notify_resource_updated(self, uri: str) -> None:
         """Tell the clients subscribed to ``uri`` that it changed."""
         for runtime in list(self._runtimes):
             for session in list(runtime.sessions):
                 session.resource_updated(uri)
+            runtime.stateless.resource_updated(uri)
 
     # -- serving --------------------------------------------------------------------------
     @asynccontextmanager
@@ -825,6 +829,30 @@ class ServerRuntime:
     lifespan: Any = None
     """What the server's ``lifespan`` yielded for this runtime (None without one): what tools
     read as :attr:`Context.lifespan <trio_mcp.server.Context.lifespan>`."""
+    stateless: Stateless = attrs.field(init=False)
+    """Serves stateless (2026-07-28) requests without a connection: :meth:`serve_one`."""
+
+    @stateless.default
+    def _stateless(self) -> Stateless:
+        return Stateless(self.server, self.supervisor)
+
+    async def serve_one(
+        self,
+        request: jsonrpc.Request,
+        *,
+        owner: str,
+        client: str | None = None,
+        send: Callable[[bytes], bool],
+    ) -> bytes:
+        """Serve one stateless (2026-07-28) request in the caller's Trio task, without a
+        connection actor, and return its encoded answer; its notifications (progress, log
+        messages, a ``subscriptions/listen`` stream) go to ``send`` first, in order.
+
+        Tasks belong to ``owner``; ``client`` is whom they count under for the per-client
+        limits. Cancel the caller to abandon the request (its work is cancelled). See
+        :class:`~trio_mcp.actors._oneshot.Stateless`.
+        """
+        return await self.stateless.serve_one(request, owner=owner, client=client, send=send)
 
     async def shutdown(self, grace: float = SHUTDOWN_GRACE) -> None:
         """Stop serving cleanly: every request still waiting is answered with an error
@@ -832,6 +860,7 @@ class ServerRuntime:
         client is written, for at most ``grace`` seconds. Cancel the serving nursery after."""
         for session in list(self.sessions):
             session.shutdown()
+        self.stateless.shutdown()
         with trio.move_on_after(grace):
             while any(session.outbound_bytes for session in self.sessions):  # noqa: ASYNC110
                 await trio.sleep(0.01)  # bounded, once, at the end of the process
