@@ -68,6 +68,7 @@ from .supervisor import Route, Unwatch, Watch
 from .task_actor import Poll
 
 __all__ = [
+    "GATED_METHODS",
     "HANDLERS",
     "REQUIRED_INPUT_ROUNDS",
     "HiddenTask",
@@ -90,6 +91,10 @@ _CAPABILITY_OF_METHOD: dict[str, str] = {
     "prompts/get": "prompts",
     "completion/complete": "completions",
 }
+
+
+GATED_METHODS = frozenset(_CAPABILITY_OF_METHOD)
+"""The methods of kinds a server may not offer (see :func:`unoffered`)."""
 
 
 def unoffered(service: Service, method: str) -> ErrorValue | None:

@@ -90,16 +90,30 @@ class InboundRequest:
         context.run(current_request.set, self)
         return context.run(fn, *args)
 
+    def queue(self, post: Callable[[bytes, Callable[[], None]], bool], data: bytes, code: int | None) -> bool:
+        """Answer: queue ``data`` with ``post`` (the request is its ``on_written``), marking
+        it answered (``code``: the error it carries); False, and dropped, if ``post``
+        refused it (the connection closed)."""
+        if self.stage is ADMITTED:
+            self.stage = ANSWERED
+            if self.observer is not None:
+                self.observer.answered(self, code)
+        if post(data, self):
+            return True
+        self.after_written = None
+        self.dropped()
+        return False
+
     def answered(self, code: int | None = None) -> None:
         """The answer is queued (``code``: the JSON-RPC error it carries, if any)."""
-        if self.stage == ADMITTED:
+        if self.stage is ADMITTED:
             self.stage = ANSWERED
             if self.observer is not None:
                 self.observer.answered(self, code)
 
     def written(self) -> None:
         """The answer was handed to the transport: then :attr:`after_written` runs."""
-        if self.stage == ANSWERED:
+        if self.stage is ANSWERED:
             self.stage = WRITTEN
             if self.observer is not None:
                 self.observer.written(self)

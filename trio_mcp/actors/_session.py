@@ -13,6 +13,7 @@ answer's write.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import secrets
@@ -30,7 +31,7 @@ from ..protocol.modern import ModernDialect, is_modern
 from ..protocol.records import TaskRecord
 from ..transports.base import Transport
 from ._calls import InputNeeded, Scope, ToolCall, ToolEntry, ToolRun
-from ._dispatch import HANDLERS, REQUIRED_INPUT_ROUNDS, Listener, Service, answer_of, unoffered
+from ._dispatch import GATED_METHODS, HANDLERS, REQUIRED_INPUT_ROUNDS, Listener, Service, answer_of, unoffered
 from ._endpoint import OVERLOADED, ConnectionClosed, Endpoint
 from ._receiver import Rendered, Started, TaskReceiver, encode_answer
 from ._request import InboundRequest
@@ -69,6 +70,16 @@ TOO_MANY_REQUESTS = ErrorValue(
 )
 
 _session_numbers = itertools.count(1)
+
+# The serving kinds as module globals: an Enum member read through its class costs a Python
+# call in 3.11, and the reader compares kinds for every request.
+_NOW, _INLINE, _QUERY, _CREATE, _RESULT = (
+    Serving.NOW,
+    Serving.INLINE,
+    Serving.QUERY,
+    Serving.CREATE,
+    Serving.RESULT,
+)
 
 
 def connection_owner() -> str:
@@ -189,7 +200,7 @@ class SessionActor(Endpoint):
         modern = is_modern(message.params)
         scope: Scope
         refused: ErrorValue | None = None
-        if modern or self.dialect.initialized:
+        if message.method in GATED_METHODS and (modern or self.dialect.initialized):
             # A server that offers no resources (prompts, completion) does not have their methods.
             refused = unoffered(self.service, message.method)
         if refused is not None:
@@ -207,32 +218,31 @@ class SessionActor(Endpoint):
             else:
                 command, scope = read, self.dialect
         if refused is not None:
-            self._queue_answer(request, encode_answer(message.id, refused), refused.code)
+            self._refuse(request, refused)
             return
         serving = request.serving = serving_of(command, modern)
-        if serving is Serving.RESULT:
+        if serving is _RESULT:
             assert isinstance(command, AwaitTaskResult)
-            await self._await_result(request, command.task_id, scope)
+            self._await_result(request, command.task_id, scope)
             return
         handler = HANDLERS[serving, type(command)]
-        if serving is Serving.QUERY or serving is Serving.CREATE:
-            await self._query(request, handler, command, scope, counted=serving is Serving.CREATE)
-        elif serving is Serving.NOW:
-            self._queue_answer(request, encode_answer(message.id, handler(self, command, scope, request)))
-        elif serving is Serving.INLINE:
+        if serving is _QUERY or serving is _CREATE:
+            self._query(request, handler, command, scope, serving is _CREATE)
+        elif serving is _NOW:
+            request.queue(self.post, encode_answer(message.id, handler(self, command, scope, request)), None)
+        elif serving is _INLINE:
             await self._answer(request, lambda: handler(self, command, scope, request))
-        elif await self._admit_waiting(request):  # CALL, MAYBE_TASK: in a Trio task of their own
+        elif self._admit_waiting(request):  # CALL, MAYBE_TASK: in a Trio task of their own
             self._spawn_answer(request, lambda: handler(self, command, scope, request))
 
     def _queue_answer(self, request: InboundRequest, data: bytes, error: int | None = None) -> bool:
         """Queue ``request``'s answer; False (the request dropped) if the connection has
         closed. The request is its answer's ``on_written``."""
-        request.answered(error)
-        if self.post(data, request):
-            return True
-        request.after_written = None
-        request.dropped()
-        return False
+        return request.queue(self.post, data, error)
+
+    def _refuse(self, request: InboundRequest, error: ErrorValue) -> None:
+        """Answer ``request`` with ``error`` (queued: never waits)."""
+        request.queue(self.post, encode_answer(request.message.id, error), error.code)
 
     async def _answer(self, request: InboundRequest, call: Call) -> bool:
         """Run ``call`` and queue its answer (:func:`answer_of`); ConnectionClosed if the
@@ -263,21 +273,23 @@ class SessionActor(Endpoint):
                 )
 
     # -- admission ---------------------------------------------------------------------------
-    async def _admit_waiting(self, request: InboundRequest) -> bool:
+    def _admit_waiting(self, request: InboundRequest) -> bool:
         """Admit a request that may wait: refused if its id is already waiting, or past the limit."""
-        if request.id in self._in_flight:
-            await self.respond_error(
-                request.id,
-                ErrorValue(INVALID_REQUEST, f"Invalid request: id {request.id!r} is already in use"),
+        request_id = request.message.id
+        if request_id in self._in_flight:
+            self._refuse(
+                request, ErrorValue(INVALID_REQUEST, f"Invalid request: id {request_id!r} is already in use")
             )
             return False
-        return await self._admit(request)
+        return self._admit(request)
 
-    async def _admit(self, request: InboundRequest) -> bool:
+    def _admit(self, request: InboundRequest) -> bool:
         """Count one more outstanding request (released once its answer is written), or refuse
-        it at once past the limit."""
+        it at once past the limit (the refusal queued: never waits)."""
         if self._outstanding >= MAX_WAITING_REQUESTS:
-            await self.respond_error(request.id, TOO_MANY_REQUESTS)
+            self._queue_answer(
+                request, encode_answer(request.message.id, TOO_MANY_REQUESTS), TOO_MANY_REQUESTS.code
+            )
             return False
         self._outstanding += 1
         request.after_written = self._release
@@ -324,7 +336,7 @@ class SessionActor(Endpoint):
                 if not queued:
                     hidden.remove()
 
-    async def _await_result(self, request: InboundRequest, task_id: str, scope: Scope) -> None:
+    def _await_result(self, request: InboundRequest, task_id: str, scope: Scope) -> None:
         """``tasks/result``: answered at once, without a Trio task of its own, when the task has
         ended or is unknown; otherwise by a waiting one (:meth:`_admit_waiting`'s rules either way)."""
         if request.id not in self._in_flight:
@@ -336,14 +348,14 @@ class SessionActor(Endpoint):
                 rendered = scope.render_outcome(task_id, current.outcome)
                 self._queue_answer(request, encode_answer(request.id, rendered))
                 return
-        if not await self._admit_waiting(request):
+        if not self._admit_waiting(request):
             return
         try:
             started = self.receiver.start_result(task_id, scope)
         except MailboxFull:
             request.after_written = None
             self._release()
-            await self.respond_error(request.id, OVERLOADED)
+            self._refuse(request, OVERLOADED)
             return
         if started.reply.answered:
             self._queries += 1
@@ -351,13 +363,12 @@ class SessionActor(Endpoint):
         else:
             self._spawn_answer(request, started.wait)
 
-    async def _query(
+    def _query(
         self,
         request: InboundRequest,
         handler: Callable[..., Started | Rendered],
         command: Any,
         scope: Scope,
-        *,
         counted: bool,
     ) -> None:
         """Send a query to the supervisor and answer it from the reply's continuation.
@@ -365,7 +376,7 @@ class SessionActor(Endpoint):
         Queries about existing tasks (get, cancel, list, update) are answered in microseconds
         and are not counted against :data:`MAX_WAITING_REQUESTS`, so a cancel always gets
         through; a task creation (``counted``) is, until its answer is written."""
-        if counted and not await self._admit(request):
+        if counted and not self._admit(request):
             return
         try:
             started = handler(self, command, scope, request)
@@ -391,7 +402,7 @@ class SessionActor(Endpoint):
         # error value, answered as it is: nothing raised, so nothing (no traceback holding the
         # frames that hold the request) outlives the answer.
         self._queries -= 1
-        request_id = request.id
+        request_id = request.message.id
         after = started.after  # run with the answer once it is queued, unless it is an error
         value: Any = None
         error = reply.error_value
@@ -427,14 +438,9 @@ class SessionActor(Endpoint):
                 self.remove_task(value.task_id)
             return
         created: str = value.task_id  # only a creation has something to do after its answer
-
-        def written() -> None:
-            if release is not None:
-                release()
-            self.unwritten.discard(created)
-
-        request.after_written = written
-        if self._queue_answer(request, data):
+        # A creation is counted (its slot, ``release``, is freed once its answer is written).
+        request.after_written = functools.partial(self._creation_written, created)
+        if request.queue(self.post, data, None):
             # The work starts now: its status notifications queue behind its CreateTaskResult
             # (often into the same write). Until that answer is written the task is one the
             # client may never hear of: if the connection ends first, it is removed.
@@ -445,6 +451,12 @@ class SessionActor(Endpoint):
                 release()
             # Created for a connection that has gone: nobody got its id, never start it.
             self.remove_task(created)
+
+    def _creation_written(self, task_id: str) -> None:
+        """A creation's CreateTaskResult was handed to the transport: the client may know the
+        task from now on, and the creation no longer counts as outstanding."""
+        self._outstanding -= 1
+        self.unwritten.discard(task_id)
 
     async def on_notification(self, notification: jsonrpc.Notification) -> None:
         command = self.dialect.interpret_notification(notification)

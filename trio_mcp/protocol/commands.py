@@ -67,6 +67,10 @@ class Serving(enum.Enum):
     MAYBE_TASK = "maybe-task"
     """A server-directed call (2026-07-28): a task from the start, shown only if it must be."""
 
+    # Members are singletons: hashed by identity, not by Enum's Python-level name hash (the
+    # dispatch table is looked up by serving kind for every request).
+    __hash__ = object.__hash__
+
 
 @attrs.frozen
 class Initialize:

@@ -111,24 +111,20 @@ def _valid_id(value: Any) -> bool:
 
 
 def parse(data: bytes | str) -> Message:
-    """Decode one JSON-RPC message.
+    """Decode one JSON-RPC message (:class:`InvalidMessage` if it is not one).
 
     >>> parse(b'{"jsonrpc":"2.0","id":1,"method":"ping"}')
     Request(id=1, method='ping', params=None)
     """
-    try:
-        obj = _json.loads(data)
-    except (ValueError, RecursionError):
-        raise _invalid(PARSE_ERROR, "Parse error: not valid JSON") from None
-    if isinstance(obj, list):
-        raise _invalid(INVALID_REQUEST, "Invalid request: batches are not supported")
-    if not isinstance(obj, dict):
-        raise _invalid(INVALID_REQUEST, "Invalid request: a message must be a JSON object")
-    return parse_object(obj)
+    message = read(data)
+    if isinstance(message, Unreadable):
+        raise InvalidMessage(message.response)
+    return message
 
 
 def read(data: bytes | str) -> Received:
-    """:func:`parse` for a transport: the message, or the :class:`Unreadable` to answer.
+    """Decode one JSON-RPC message for a transport: the message, or the :class:`Unreadable`
+    to answer (never raises).
 
     >>> read(b'{"jsonrpc":"2.0","id":1,"method":"ping"}')
     Request(id=1, method='ping', params=None)
@@ -136,7 +132,23 @@ def read(data: bytes | str) -> Received:
     -32600
     """
     try:
-        return parse(data)
+        obj = _json.loads(data)
+    except (ValueError, RecursionError):
+        return Unreadable(ErrorResponse(None, ErrorObject(PARSE_ERROR, "Parse error: not valid JSON")))
+    if type(obj) is not dict:
+        if isinstance(obj, list):
+            return Unreadable(
+                ErrorResponse(
+                    None, ErrorObject(INVALID_REQUEST, "Invalid request: batches are not supported")
+                )
+            )
+        return Unreadable(
+            ErrorResponse(
+                None, ErrorObject(INVALID_REQUEST, "Invalid request: a message must be a JSON object")
+            )
+        )
+    try:
+        return parse_object(obj)
     except InvalidMessage as exc:
         return Unreadable(exc.response)
 
