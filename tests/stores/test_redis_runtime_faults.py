@@ -8,7 +8,9 @@ served over Streamable HTTP) on a real ``valkey-server`` that is killed and rest
 - 150 cancels sent through a process that does not run the tasks all stop the work, and the
   tasks read ``cancelled`` on both processes from then on;
 - a ``tasks/result`` waiting on another process's task is answered though the ``changed``
-  event of its end never reached it.
+  event of its end never reached it;
+- two processes on a TLS Redis (``rediss://``, a private CA and a client certificate) serve
+  tasks end to end: records, leases and events all go over TLS.
 
 The module runs its own persistent server (``tests/redis_server.py``); each test works under
 a fresh key prefix with server processes of its own, killed (and Redis resumed) on the way out.
@@ -28,7 +30,7 @@ from pathlib import Path
 import attrs
 import pytest
 import trio
-from redis_server import RedisServer, fresh_prefix
+from redis_server import RedisServer, TlsTerminator, fresh_prefix, make_certificates
 
 from trio_mcp import McpError, TaskStatus
 from trio_mcp.client import Client, connect_http
@@ -408,3 +410,32 @@ async def test_a_remote_result_waiter_is_answered_though_the_end_event_was_misse
     finally:
         redis.command("ACL", "DELUSER", user[0])
     print(f"B's tasks/result answered {answered[0] - created - 1.0:.2f} s after the work ended")
+
+
+# ----------------------------------------------------------------------------- TLS
+
+
+async def test_two_processes_on_a_tls_redis_serve_tasks_end_to_end(
+    redis: RedisServer, tmp_path: Path
+) -> None:
+    files = make_certificates(tmp_path)
+    prefix = fresh_prefix()
+    with TlsTerminator(redis.port, files, client_certificates=True) as tls:
+        url = (
+            f"rediss://127.0.0.1:{tls.port}/0?ssl_ca_certs={files.ca}"
+            f"&ssl_certfile={files.client_cert}&ssl_keyfile={files.client_key}"
+        )
+        with server_processes([url, url], prefix, tmp_path) as [a, b]:
+            async with connect(a) as on_a, connect(b) as on_b:
+                with trio.fail_after(15):
+                    done, running = await create_all(
+                        on_a, [("nap", {"seconds": 0.3}), ("nap", {"seconds": 60})]
+                    )
+                    # B answers A's task once A's end reaches it (a record and an event, over TLS).
+                    assert (await on_b.task_result(done)).text == "napped 0.3s"
+                    assert (await on_b.cancel_task(running)).status == TaskStatus.CANCELLED
+                    assert (await on_a.get_task(running)).status == TaskStatus.CANCELLED
+                    assert (await on_a.get_task(done)).status == TaskStatus.COMPLETED
+    async with RedisTaskStore(redis.url, prefix=prefix) as store:  # the records are in the real server
+        stored = await store.get(done)
+        assert stored is not None and stored.status == TaskStatus.COMPLETED

@@ -30,6 +30,7 @@ from trio_mcp.stores.redis import (
     RedisReplyError,
     RedisTaskStore,
     RedisUnavailable,
+    TlsOptions,
     parse_redis_url,
 )
 from trio_mcp.stores.sqlite import SqliteTaskStore, StoreClosed
@@ -414,6 +415,40 @@ async def test_a_password_in_the_url_is_sent() -> None:
         await wrong.aclose()
 
 
+async def test_an_acl_user_in_the_url_logs_in_as_that_user_with_that_users_rights(
+    private_server: RedisServer,
+) -> None:
+    prefix = fresh_prefix()
+    command = private_server.command
+    # A user who may touch only this store's keys and channel; the default user switched off,
+    # so a connection that did not log in as that user could do nothing.
+    assert (
+        command("ACL", "SETUSER", "tasks", "on", ">t4sks", f"~{prefix}*", f"&{prefix}*", "+@all")
+        == b"+OK\r\n"
+    )
+    assert command("ACL", "SETUSER", "default", "off") == b"+OK\r\n"
+    url = f"redis://tasks:t4sks@127.0.0.1:{private_server.port}/0"
+    with trio.fail_after(10):
+        async with RedisTaskStore(url, prefix=prefix) as store, store.events() as events:
+            await store.create(record("t1"))
+            assert await store.get("t1") == record("t1")
+            await store.publish(TaskEvent("changed", "t1", "me"))
+            assert await anext(events) == TaskEvent("changed", "t1", "me")
+            assert "t4sks" not in repr(store)
+        elsewhere = RedisTaskStore(url, prefix="not-its-keys:")
+        with pytest.raises(RedisReplyError, match=r"NOPERM|permission"):  # its rights, not the default's
+            await elsewhere.create(record("t1"))
+        await elsewhere.aclose()
+        for wrong in (
+            f"redis://tasks:nope@127.0.0.1:{private_server.port}/0",
+            f"redis://127.0.0.1:{private_server.port}/0",  # no user: the default one, switched off
+        ):
+            store = RedisTaskStore(wrong, prefix=prefix)
+            with pytest.raises(RedisReplyError, match=r"WRONGPASS|invalid username-password|authenticated"):
+                await store.get("t1")
+            await store.aclose()
+
+
 # ----------------------------------------------------------------------------- URLs
 
 
@@ -428,9 +463,46 @@ def test_store_urls() -> None:
     )
     assert repr(address) == "redis://***@[::1]:6390/3"
     assert parse_redis_url("redis://cache") == parse_redis_url("redis://cache:6379/0")
-    for bad in ("rediss://cache", "redis://cache/x", "redis://cache?db=1", "http://cache", "redis://c:99999"):
+    for bad in (
+        "redis://cache/x",
+        "redis://cache/1/2",
+        "redis://cache?db=1",  # the path is the database; options are keyword arguments
+        "redis://cache?ssl_ca_certs=ca.pem",  # TLS options need rediss://
+        "rediss://cache?ssl_cert_reqs=maybe",
+        "rediss://cache?ssl_keyfile=key.pem",  # a key without its certificate
+        "http://cache",
+        "redis://c:99999",
+        "redis+sentinel://s1:26379",  # no service
+        "rediss+sentinel://s1:26379/tasks",  # TLS with Sentinel: not supported
+    ):
         with pytest.raises(ValueError):
             parse_redis_url(bad)
+    with pytest.raises(ValueError, match=r"Redis Cluster is not supported.*one hash slot"):
+        store_from_url("redis+cluster://node1:7000,node2:7000")
+    with pytest.raises(ValueError, match="bad TLS option"):
+        RedisTaskStore(
+            "rediss://cache?ssl_ca_certs=/nonexistent/ca.pem"
+        )  # refused now, not at the first call
+
+    tls = parse_redis_url(
+        "rediss://app:s%3Acret@cache.internal:6380/1?ssl_ca_certs=/etc/ca.pem&ssl_cert_reqs=required"
+    )
+    assert tls.tls is not None and (tls.tls.ca_certs, tls.tls.cert_reqs, tls.tls.check_hostname) == (
+        "/etc/ca.pem",
+        "required",
+        True,
+    )
+    assert (tls.username, tls.password, tls.port, tls.db) == ("app", "s:cret", 6380, 1)
+    assert repr(tls) == "rediss://***@cache.internal:6380/1"
+    assert parse_redis_url("rediss://cache").tls == TlsOptions()  # strict by default: system CAs, host name
+    sentinel = parse_redis_url("redis+sentinel://:pw@s1,[::1]:26380/tasks/2")
+    assert (sentinel.sentinels, sentinel.service, sentinel.db, sentinel.password) == (
+        (("s1", 26379), ("::1", 26380)),
+        "tasks",
+        2,
+        "pw",
+    )
+    assert repr(sentinel) == "redis+sentinel://***@s1:26379,[::1]:26380/tasks/2"
 
     made = store_from_url("redis://127.0.0.1:6380/1", prefix="app:", timeout=1.0)()
     assert isinstance(made, RedisTaskStore)

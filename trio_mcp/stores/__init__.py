@@ -53,7 +53,11 @@ def parse_store_url(url: str) -> tuple[Literal["memory", "sqlite", "redis"], str
     - ``memory`` (or ``memory:``): :class:`MemoryTaskStore` (None);
     - ``sqlite:///PATH``: :class:`SqliteTaskStore` on PATH, everything after the third slash
       (``sqlite:///tasks.db`` is relative, ``sqlite:////var/lib/tasks.db`` absolute);
-    - ``redis://HOST[:PORT][/DB]`` (or ``rediss://``): :class:`RedisTaskStore` (the URL).
+    - ``redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]``, ``rediss://…`` (TLS, with
+      ``?ssl_ca_certs=…&ssl_certfile=…&ssl_keyfile=…&ssl_cert_reqs=…`` options) or
+      ``redis+sentinel://HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]``: :class:`RedisTaskStore`
+      (the URL; :func:`trio_mcp.stores.redis.parse_redis_url` reads it, and refuses Redis
+      Cluster URLs, saying why).
 
     Anything else raises ValueError.
 
@@ -65,10 +69,11 @@ def parse_store_url(url: str) -> tuple[Literal["memory", "sqlite", "redis"], str
     prefix = "sqlite:///"
     if url.startswith(prefix) and len(url) > len(prefix):
         return "sqlite", url[len(prefix) :]
-    if url.startswith(("redis:", "rediss:")):
+    if url.lower().startswith(("redis:", "rediss:", "redis+", "rediss+")):
         return "redis", url
     raise ValueError(
-        f"unknown task store {url!r}: expected 'memory', 'sqlite:///PATH' or 'redis://HOST[:PORT][/DB]'"
+        f"unknown task store {url!r}: expected 'memory', 'sqlite:///PATH', 'redis://HOST[:PORT][/DB]',"
+        " 'rediss://HOST[:PORT][/DB]' or 'redis+sentinel://HOST[:PORT]/SERVICE'"
     )
 
 

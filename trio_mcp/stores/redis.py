@@ -1,7 +1,7 @@
 """The shared store: task records in Redis (or Valkey), for several server processes at once.
 
 >>> # server = Server("tools", store=lambda: RedisTaskStore("redis://127.0.0.1:6379/0"))
->>> # server = Server("tools", store=store_from_url("redis://127.0.0.1:6379/0"))
+>>> # server = Server("tools", store=store_from_url("rediss://user:secret@cache.internal:6380/0"))
 
 :class:`RedisTaskStore` is a :class:`~trio_mcp.stores.base.TaskStore` and a
 :class:`~trio_mcp.stores.base.SharedTaskStore`: every process on the same server and key
@@ -10,35 +10,61 @@ prefix sees the same records, talks to the others through a pub/sub channel of
 others can fail those tasks when it dies (:meth:`~RedisTaskStore.lapsed`). It is not a
 ``DurableTaskStore``: a process starting does not fail the running tasks of the others.
 
-The client is this module's own: RESP2 over a few TCP connections (:func:`trio.open_tcp_stream`;
-up to ``connections``, default 4, made as concurrent calls need them, one call on each at a
-time) and one more for the events, each operation one Lua script (``EVALSHA``), so each is
-atomic on the server — nothing is ever half-written, whatever happens to the connection. No
-asyncio and no background task: the store is a plain object, so ``RedisTaskStore(url)`` is a
-cheap constructor (connections are made by the calls, in whatever task makes them) — a
-zero-argument factory fit for ``Server(store=...)`` — and :meth:`~RedisTaskStore.aclose`
-closes them from any task.
+The client is `coredis <https://coredis.readthedocs.io>`_ (anyio-native, here on Trio; RESP3):
+its connection pool (up to ``connections``, default 4, made as calls need them; calls share
+them, their commands pipelined), its Lua script objects — each operation one script
+(``EVALSHA``), so each is atomic on the server: nothing is ever half-written, whatever happens
+to the connection — and its pub/sub for the events, on a connection of their own. No asyncio,
+and ``RedisTaskStore(url)`` is a cheap constructor (no I/O), a zero-argument factory fit for
+``Server(store=...)``: the first call of a Trio run starts the pool in a Trio *system task* of
+that run (coredis keeps each connection's reader in a task group), which
+:meth:`~RedisTaskStore.aclose` ends, from any task (and the run's end, if nobody closed it).
+
+Where the server is (:func:`parse_redis_url`):
+
+- ``redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]``: plain TCP; a USER is an ACL user (``AUTH``
+  USER PASSWORD, in the ``HELLO`` of each connection), without one the ``default`` user;
+- ``rediss://…``: the same over TLS, the server's certificate checked against the system's CAs
+  and its host name — or, in the query, ``ssl_ca_certs=PATH`` (a CA file or directory),
+  ``ssl_certfile=PATH&ssl_keyfile=PATH`` (a client certificate, for servers that ask for one),
+  ``ssl_cert_reqs=required|optional|none`` and ``ssl_check_hostname=true|false``;
+- ``redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]``: the primary
+  of SERVICE as the Sentinels at these addresses (port 26379 by default) name it; every new
+  connection asks them again, and checks the server it reaches is a primary (``ROLE``), so after
+  a failover the calls reach the new primary. The credentials are the data servers'; Sentinels
+  without a password. TLS with Sentinel is not supported;
+- Redis Cluster (``redis+cluster://``) is refused: each operation is one script over the task's
+  keys *and* the store-wide indexes (expiry, leases, each owner's list), so every key of a store
+  would have to share one hash slot — one shard — and the scripts name keys they compute.
 
 Failures. Every operation has a deadline: ``timeout`` (default 5 s) after it is called, waiting
-for a free connection and connecting included (connecting alone is bounded by
-``connect_timeout`` too, default 2 s). A server that cannot be reached, or that does not answer
-by then — frozen, however many calls wait before this one — makes the operation raise
-:class:`RedisUnavailable` (at once if the connection is refused); the connection it used is
-closed (its replies may yet come) and the next call connects again, so calls work as soon as
-the server is back (the supervisor answers the failed request with -32603 and keeps serving);
-a server still loading its data after a restart (a ``LOADING`` answer) is not back yet.
-An operation cut short (a timeout, a lost connection, a cancelled caller) may or may not have
-happened on the server — entirely or not at all. An error the server answers (out of memory, a
-wrong type under a key) raises :class:`RedisReplyError`. Calls after
+for a free connection, connecting (TLS and ``HELLO`` included) and the server's answer all in
+it (connecting alone is bounded by ``connect_timeout`` too, default 2 s). A server that cannot
+be reached, or that does not answer by then — frozen, however many calls wait before this one —
+makes the operation raise :class:`RedisUnavailable` (at once if the connection is refused); the
+next calls connect again as needed, so they work as soon as the server is back (the supervisor
+answers the failed request with -32603 and keeps serving). A connection that has not answered
+for a whole ``timeout`` takes no new calls: it is closed once the calls on it have given up,
+and new calls get a new connection. A server still loading its data after a restart (a
+``LOADING`` answer) is not back yet, and a server that became a read-only replica (a failover
+demoted it: ``READONLY``) is not the primary: :class:`RedisUnavailable` too (after the
+latter, the pool's connections are closed, so the next ones ask the Sentinels again). An
+operation cut short (a timeout, a lost connection, a cancelled caller) may or may not have
+happened on the server — entirely or not at all; none is retried. An error the server
+answers (out of memory, a wrong type under a key, a wrong password, no permission) raises
+:class:`RedisReplyError`. Calls after
 :meth:`~RedisTaskStore.aclose` raise :class:`~trio_mcp.stores.sqlite.StoreClosed`. The events
 connection has its own rules (:meth:`~RedisTaskStore.events`): it resubscribes by itself, and
 says so with a ``resync`` event.
 
 On a :class:`trio.testing.MockClock` (the testing kit's) a call waits for the server in place,
-with a blocking socket, instead of in Trio: an autojumping clock would otherwise jump to the
-next deadline — the operation's own timeout first — whenever a call waits for the network. A
-call then takes no mock time and lets no other task run, as with the memory store (the same
-rule as :class:`~trio_mcp.stores.sqlite.SqliteTaskStore`).
+on a blocking connection of the caller's thread (coredis's RESP3 packer and parser over a plain
+or TLS socket, the same commands): an autojumping clock would otherwise jump to the next
+deadline — the operation's own timeout first — whenever a call waits for the network. A call
+then takes no mock time and lets no other task run, as with the memory store (the same rule as
+:class:`~trio_mcp.stores.sqlite.SqliteTaskStore`); ``len(store)`` is such a call too. The
+events are read by a Trio run on a thread of the module's own then, and handed to the caller's
+run.
 
 Keys, under ``prefix`` (default ``trio-mcp:``; one prefix is one shared store):
 
@@ -55,27 +81,39 @@ Keys, under ``prefix`` (default ``trio-mcp:``; one prefix is one shared store):
 - the channel ``events``: each :class:`~trio_mcp.stores.base.TaskEvent` as JSON.
 
 Index entries of records that vanished by TTL are dropped by the next operation that meets
-them. One Redis server (or primary): the scripts name keys they compute, so Redis Cluster is
-not supported. Cursors name the owner (a digest), the owner's epoch and a position in the
-owner's own counter, exactly as in the SQLite store.
+them. Cursors name the owner (a digest), the owner's epoch and a position in the owner's own
+counter, exactly as in the SQLite store.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
+import os
 import select
 import socket
+import ssl
+import threading
+import time
 import types
 import urllib.parse
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, TypeVar
 
 import attrs
+import coredis
+import coredis.exceptions
 import trio
+from coredis import Sentinel
+from coredis._packer import Packer
+from coredis.commands.script import Script
+from coredis.connection import BaseConnection, TCPLocation
+from coredis.constants.resp import DataType
+from coredis.parser import NotEnoughData, Parser
+from coredis.pool import ConnectionPool, SentinelConnectionPool
+from coredis.retry import NoRetryPolicy
 
 from ..protocol.cursors import encode_cursor, split_cursor
 from ..protocol.records import TaskRecord, record_from_text, record_to_text
@@ -91,6 +129,7 @@ __all__ = [
     "RedisReplyError",
     "RedisTaskStore",
     "RedisUnavailable",
+    "TlsOptions",
     "parse_redis_url",
 ]
 
@@ -100,6 +139,8 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_PREFIX = "trio-mcp:"
 _FOREVER_MS = 2**46
 """A Redis TTL longer than this (over two thousand years) is no TTL at all."""
+
+T = TypeVar("T")
 
 
 class RedisError(Exception):
@@ -114,272 +155,207 @@ class RedisReplyError(RedisError):
     """The Redis server answered an error (its message is the exception's)."""
 
 
-# ----------------------------------------------------------------------------- RESP2
-
-
-def _arg(value: bytes | str | int | float) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode("utf-8", "surrogatepass")
-    if isinstance(value, bool):
-        raise TypeError("no bools in Redis commands")
-    if isinstance(value, int):
-        return str(value).encode()
-    return repr(float(value)).encode()
-
-
-def _encode(command: Sequence[bytes | str | int | float]) -> bytes:
-    parts = [b"*%d\r\n" % len(command)]
-    for value in command:
-        data = _arg(value)
-        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(parts)
-
-
-class _Incomplete(Exception):
-    pass
-
-
-class _Parser:
-    """Replies out of the bytes received so far (RESP2): ``str`` (status), ``int``, ``bytes``,
-    ``None``, ``list`` and :class:`RedisReplyError` (returned, not raised)."""
-
-    def __init__(self) -> None:
-        self._buffer = bytearray()
-
-    def feed(self, data: bytes) -> None:
-        self._buffer += data
-
-    def pop(self) -> tuple[bool, Any]:
-        """(True, the next reply) and consume it, or (False, None) if it is not all here yet."""
-        try:
-            value, end = self._parse(0)
-        except _Incomplete:
-            return False, None
-        except ValueError:
-            raise RedisError(f"not a RESP reply: {bytes(self._buffer[:40])!r}") from None
-        del self._buffer[:end]
-        return True, value
-
-    def _line(self, at: int) -> tuple[bytes, int]:
-        end = self._buffer.find(b"\r\n", at)
-        if end < 0:
-            raise _Incomplete
-        return bytes(self._buffer[at:end]), end + 2
-
-    def _parse(self, at: int) -> tuple[Any, int]:
-        line, at = self._line(at)
-        kind, rest = line[:1], line[1:]
-        if kind == b"+":
-            return rest.decode("utf-8", "replace"), at
-        if kind == b"-":
-            return RedisReplyError(rest.decode("utf-8", "replace")), at
-        if kind == b":":
-            return int(rest), at
-        if kind == b"$":
-            size = int(rest)
-            if size < 0:
-                return None, at
-            if len(self._buffer) < at + size + 2:
-                raise _Incomplete
-            return bytes(self._buffer[at : at + size]), at + size + 2
-        if kind == b"*":
-            count = int(rest)
-            if count < 0:
-                return None, at
-            items = []
-            for _ in range(count):
-                item, at = self._parse(at)
-                items.append(item)
-            return items, at
-        raise RedisError(f"not a RESP reply: {line[:40]!r}")
-
-
 # ----------------------------------------------------------------------------- addresses
+
+_CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
+_TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname")
+
+
+@attrs.frozen
+class TlsOptions:
+    """How a ``rediss://`` connection checks the server, and the certificate it shows (if any).
+
+    The default is strict: the server's certificate must chain to a trusted CA (``ca_certs``,
+    else the system's) and name the host connected to."""
+
+    ca_certs: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+    cert_reqs: str = "required"
+    check_hostname: bool = True
+
+    def context(self) -> ssl.SSLContext:
+        """A new client SSL context (ValueError if a file is missing or not a certificate/key)."""
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        try:
+            if self.ca_certs is not None:
+                if os.path.isdir(self.ca_certs):
+                    context.load_verify_locations(capath=self.ca_certs)
+                else:
+                    context.load_verify_locations(cafile=self.ca_certs)
+            if self.certfile is not None:
+                context.load_cert_chain(self.certfile, self.keyfile)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"bad TLS option: {exc}") from None
+        context.check_hostname = self.check_hostname and self.cert_reqs != "none"
+        context.verify_mode = _CERT_REQS[self.cert_reqs]
+        return context
 
 
 @attrs.frozen(repr=False)
 class RedisAddress:
-    """Where the Redis server is: ``redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]``."""
+    """Where the Redis server is (see :func:`parse_redis_url`): one server, over TLS or not, or
+    the primary of a Sentinel ``service``."""
 
     host: str = "127.0.0.1"
     port: int = 6379
     db: int = 0
     username: str | None = None
     password: str | None = None
+    tls: TlsOptions | None = None
+    """TLS (``rediss://``), or None."""
+    sentinels: tuple[tuple[str, int], ...] = ()
+    """The Sentinels to ask for the primary of ``service`` (``redis+sentinel://``), or none."""
+    service: str | None = None
 
     def __repr__(self) -> str:
         auth = "***@" if self.password is not None else ""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"redis://{auth}{host}:{self.port}/{self.db}"
-
-    def handshake(self) -> list[tuple[str | int, ...]]:
-        """The commands a new connection sends first (AUTH, SELECT)."""
-        commands: list[tuple[str | int, ...]] = []
-        if self.password is not None:
-            if self.username:
-                commands.append(("AUTH", self.username, self.password))
-            else:
-                commands.append(("AUTH", self.password))
-        if self.db:
-            commands.append(("SELECT", self.db))
-        return commands
+        if self.sentinels:
+            hosts = ",".join(f"{_host_text(host)}:{port}" for host, port in self.sentinels)
+            return f"redis+sentinel://{auth}{hosts}/{self.service}/{self.db}"
+        scheme = "rediss" if self.tls is not None else "redis"
+        return f"{scheme}://{auth}{_host_text(self.host)}:{self.port}/{self.db}"
 
 
-def parse_redis_url(url: str) -> RedisAddress:
-    """The server a ``redis://`` URL names (ValueError if it is not one).
+def _host_text(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
-    >>> parse_redis_url("redis://127.0.0.1:6380/2")
-    redis://127.0.0.1:6380/2
-    >>> parse_redis_url("redis://:secret@cache.internal")
-    redis://***@cache.internal:6379/0
-    """
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme == "rediss":
-        raise ValueError(f"{url!r}: TLS (rediss://) is not supported by the Redis task store")
-    if parts.scheme != "redis":
-        raise ValueError(f"not a redis:// URL: {url!r}")
-    if parts.query or parts.fragment:
-        raise ValueError(f"{url!r}: query and fragment are not supported (options are keyword arguments)")
-    try:
-        port = parts.port or 6379
-    except ValueError:
-        raise ValueError(f"{url!r}: bad port") from None
-    path = parts.path.strip("/")
-    if path and not (path.isascii() and path.isdigit()):
-        raise ValueError(f"{url!r}: the path must be a database number")
-    unquote = urllib.parse.unquote
-    return RedisAddress(
-        host=parts.hostname or "127.0.0.1",
-        port=port,
-        db=int(path) if path else 0,
-        username=unquote(parts.username) if parts.username else None,
-        password=unquote(parts.password) if parts.password is not None else None,
+
+def _port(text: str, url: str, default: int) -> int:
+    if not text:
+        return default
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 65536:
+        raise ValueError(f"{url!r}: bad port {text!r}")
+    return int(text)
+
+
+def _db(text: str, url: str) -> int:
+    if text and not (text.isascii() and text.isdigit()):
+        raise ValueError(f"{url!r}: the database must be a number, not {text!r}")
+    return int(text) if text else 0
+
+
+def _bool(text: str, url: str, name: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("true", "yes", "1", "on"):
+        return True
+    if lowered in ("false", "no", "0", "off"):
+        return False
+    raise ValueError(f"{url!r}: {name} must be true or false, not {text!r}")
+
+
+def _tls_options(query: dict[str, list[str]], url: str) -> TlsOptions:
+    values = {name: query[name][-1] for name in _TLS_OPTIONS if name in query}
+    cert_reqs = values.get("ssl_cert_reqs", "required").lower()
+    if cert_reqs not in _CERT_REQS:
+        raise ValueError(f"{url!r}: ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}")
+    if ("ssl_keyfile" in values) and ("ssl_certfile" not in values):
+        raise ValueError(f"{url!r}: ssl_keyfile needs ssl_certfile")
+    check = values.get("ssl_check_hostname")
+    return TlsOptions(
+        ca_certs=values.get("ssl_ca_certs"),
+        certfile=values.get("ssl_certfile"),
+        keyfile=values.get("ssl_keyfile"),
+        cert_reqs=cert_reqs,
+        check_hostname=_bool(check, url, "ssl_check_hostname") if check is not None else True,
     )
 
 
-# ----------------------------------------------------------------------------- connections
+def _split_host(text: str, url: str, default_port: int) -> tuple[str, int]:
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ValueError(f"{url!r}: bad host {text!r}")
+        return host, _port(rest[1:], url, default_port)
+    host, _, port = text.partition(":")
+    return host, _port(port, url, default_port)
 
 
-def _idle_but_readable(fileno: int) -> bool:
-    """Whether an idle connection has something to read: the server closed it (or broke the
-    protocol); either way it is not fit for the next command."""
-    poller = select.poll()
-    poller.register(fileno, select.POLLIN)
+def parse_redis_url(url: str) -> RedisAddress:
+    """The server a store URL names (ValueError if it is not one): ``redis://``, ``rediss://``
+    (TLS) or ``redis+sentinel://`` (see the module docstring). Redis Cluster URLs are refused,
+    with the reason.
+
+    >>> parse_redis_url("redis://127.0.0.1:6380/2")
+    redis://127.0.0.1:6380/2
+    >>> parse_redis_url("rediss://app:secret@cache.internal?ssl_ca_certs=/etc/ca.pem")
+    rediss://***@cache.internal:6379/0
+    >>> parse_redis_url("redis+sentinel://s1:26379,s2/tasks/1")
+    redis+sentinel://s1:26379,s2:26379/tasks/1
+    """
+    scheme, sep, rest = url.partition("://")
+    scheme = scheme.lower()
+    if "cluster" in scheme:
+        raise ValueError(
+            f"{url!r}: Redis Cluster is not supported by the Redis task store — each operation is"
+            " one script over a task's keys and the store-wide indexes (expiry, leases, owner lists),"
+            " which would all have to live in one hash slot; use one primary (with Sentinel for"
+            " failover: redis+sentinel://HOST:PORT/SERVICE)"
+        )
+    if not sep or scheme not in ("redis", "rediss", "redis+sentinel", "rediss+sentinel"):
+        raise ValueError(f"not a redis://, rediss:// or redis+sentinel:// URL: {url!r}")
+    if scheme == "rediss+sentinel":
+        raise ValueError(f"{url!r}: TLS with Sentinel is not supported by the Redis task store")
+    rest, _, fragment = rest.partition("#")
+    if fragment:
+        raise ValueError(f"{url!r}: a fragment is not supported")
+    rest, _, query_text = rest.partition("?")
     try:
-        return bool(poller.poll(0))
-    except OSError:
-        return True
+        query = urllib.parse.parse_qs(query_text, keep_blank_values=True, strict_parsing=bool(query_text))
+    except ValueError:
+        raise ValueError(f"{url!r}: bad query") from None
+    allowed = _TLS_OPTIONS if scheme == "rediss" else ()
+    unknown = sorted(set(query) - set(allowed))
+    if unknown:
+        hint = " (TLS options need rediss://)" if set(unknown) & set(_TLS_OPTIONS) else ""
+        raise ValueError(f"{url!r}: unknown option {', '.join(unknown)}{hint}")
+    netloc, _, path = rest.partition("/")
+    userinfo, at, hosts = netloc.rpartition("@")
+    unquote = urllib.parse.unquote
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) if user else None
+        password = unquote(secret) if colon else None
+    parts = [part for part in path.split("/") if part]
+    if scheme == "redis+sentinel":
+        if not parts or len(parts) > 2:
+            raise ValueError(f"{url!r}: expected redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB]")
+        sentinels = tuple(_split_host(item, url, 26379) for item in hosts.split(",") if item)
+        if not sentinels or any(not host for host, _ in sentinels):
+            raise ValueError(f"{url!r}: no Sentinel address")
+        return RedisAddress(
+            db=_db(parts[1] if len(parts) > 1 else "", url),
+            username=username,
+            password=password,
+            sentinels=sentinels,
+            service=unquote(parts[0]),
+        )
+    if len(parts) > 1:
+        raise ValueError(f"{url!r}: the path must be a database number")
+    host, port = _split_host(hosts, url, 6379) if hosts else ("127.0.0.1", 6379)
+    return RedisAddress(
+        host=host or "127.0.0.1",
+        port=port,
+        db=_db(parts[0] if parts else "", url),
+        username=username,
+        password=password,
+        tls=_tls_options(query, url) if scheme == "rediss" else None,
+    )
 
 
-def _not_ready(replies: Sequence[Any]) -> RedisReplyError | None:
-    """The ``LOADING`` error among ``replies``, if any: the server is (re)starting and still
-    reading its data — not ready, rather than refusing the command."""
-    for reply in replies:
-        if isinstance(reply, RedisReplyError) and str(reply).startswith("LOADING"):
-            return reply
-    return None
-
-
-def _check_handshake(replies: Sequence[Any]) -> None:
-    loading = _not_ready(replies)
-    if loading is not None:
-        raise RedisUnavailable(f"the server is not ready ({loading})")
-    for reply in replies:
-        if isinstance(reply, RedisReplyError):
-            raise reply
-
-
-class _AsyncConnection:
-    """One connection read and written in Trio."""
-
-    def __init__(self, stream: trio.SocketStream) -> None:
-        self.stream = stream
-        self.parser = _Parser()
-
-    @classmethod
-    async def open(cls, address: RedisAddress) -> _AsyncConnection:
-        stream = await trio.open_tcp_stream(address.host, address.port)
-        connection = cls(stream)
-        try:
-            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            _check_handshake(await connection.call(address.handshake()))
-        except BaseException:
-            connection.close()
-            raise
-        return connection
-
-    def stale(self) -> bool:
-        return _idle_but_readable(self.stream.socket.fileno())
-
-    async def send(self, commands: Sequence[Sequence[Any]]) -> None:
-        if commands:
-            await self.stream.send_all(b"".join(_encode(command) for command in commands))
-
-    async def receive(self) -> Any:
-        while True:
-            found, value = self.parser.pop()
-            if found:
-                return value
-            data = await self.stream.receive_some(65536)
-            if not data:
-                raise RedisUnavailable("the server closed the connection")
-            self.parser.feed(data)
-
-    async def call(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        await self.send(commands)
-        return [await self.receive() for _ in commands]
-
-    def close(self) -> None:
-        self.stream.socket.close()
-
-
-class _BlockingConnection:
-    """One connection on a blocking socket (calls on a mock clock, and ``len(store)``)."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.parser = _Parser()
-
-    @classmethod
-    def open(cls, address: RedisAddress, connect_timeout: float, timeout: float) -> _BlockingConnection:
-        sock = socket.create_connection((address.host, address.port), timeout=connect_timeout)
-        connection = cls(sock)
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            _check_handshake(connection.call(address.handshake()))
-            sock.settimeout(timeout)
-        except BaseException:
-            connection.close()
-            raise
-        return connection
-
-    def stale(self) -> bool:
-        return _idle_but_readable(self.sock.fileno())
-
-    def receive(self) -> Any:
-        while True:
-            found, value = self.parser.pop()
-            if found:
-                return value
-            data = self.sock.recv(65536)
-            if not data:
-                raise RedisUnavailable("the server closed the connection")
-            self.parser.feed(data)
-
-    def call(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        if commands:
-            self.sock.sendall(b"".join(_encode(command) for command in commands))
-        return [self.receive() for _ in commands]
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def _on_mock_clock() -> bool:
-    return hasattr(trio.lowlevel.current_clock(), "autojump_threshold")
+def _arg(value: bytes | str | int | float) -> bytes | int:
+    """A script argument as coredis sends it: str as UTF-8 (lone surrogates too: ids may come
+    off the wire), floats exactly (``repr``; coredis's own ``%.15g`` would round them)."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return store_key(value)
+    if isinstance(value, bool):
+        raise TypeError("no bools in Redis commands")
+    if isinstance(value, int):
+        return value
+    return repr(float(value)).encode()
 
 
 # ----------------------------------------------------------------------------- the scripts
@@ -565,49 +541,311 @@ return count
 """
 
 
-@attrs.frozen
-class _Script:
-    text: bytes
-    sha: str
-
-    @classmethod
-    def of(cls, body: str) -> _Script:
-        text = (_PRELUDE + body).encode()
-        return cls(text, hashlib.sha1(text).hexdigest())
+def _script(body: str) -> Script[bytes]:
+    return Script(script=(_PRELUDE + body).encode())
 
 
 _SCRIPTS = types.SimpleNamespace(
-    create=_Script.of(_CREATE),
-    update=_Script.of(_UPDATE),
-    delete=_Script.of(_DELETE),
-    page=_Script.of(_PAGE),
-    due=_Script.of(_DUE),
-    hold=_Script.of(_HOLD),
-    release=_Script.of(_RELEASE),
-    count=_Script.of(_COUNT),
+    create=_script(_CREATE),
+    update=_script(_UPDATE),
+    delete=_script(_DELETE),
+    page=_script(_PAGE),
+    due=_script(_DUE),
+    hold=_script(_HOLD),
+    release=_script(_RELEASE),
+    count=_script(_COUNT),
 )
+"""coredis script objects: each call is an ``EVALSHA`` (the script is loaded into a server
+that does not have it, and the call made again, once)."""
+
+_SCRIPT_TEXTS: dict[object, bytes] = {
+    script.sha: script.script for script in vars(_SCRIPTS).values() if isinstance(script.script, bytes)
+}
+"""Each script's text by its SHA1 (calls made in place run ``EVAL`` when the server lacks it)."""
 
 
-# ----------------------------------------------------------------------------- the store
+# ----------------------------------------------------------------------------- connections
+
+
+class _GuardedPool(ConnectionPool[Any]):
+    """coredis's bounded connection pool (calls share its connections, their commands
+    pipelined), with what the store's deadlines need added:
+
+    - no slot is ever lost: a connection attempt that fails or is cut short (the caller's
+      deadline), and a leased connection that died, give their slot back (coredis 6.9 keeps
+      such a slot, so a pool could end up with none, and every call would wait);
+    - connecting — TCP, TLS, ``HELLO`` with ``AUTH``, ``SELECT`` — is bounded by
+      ``connect_timeout`` as a whole (coredis bounds the TCP and TLS part only);
+    - a connection with calls waiting on it that has received nothing for ``stall_after``
+      seconds takes no new calls: new calls get a new connection, and it is closed once the
+      calls on it were answered or gave up (``stall_after`` after the last was made).
+    """
+
+    stall_after: float = math.inf
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._retired: set[BaseConnection] = set()
+
+    def _stalled(self, connection: BaseConnection) -> bool:
+        stats = connection.statistics
+        heard = max(stats.last_byte_received_at, stats.connected_at)
+        return stats.requests_pending > 0 and time.perf_counter() - heard >= self.stall_after
+
+    def sweep(self) -> None:
+        """Close the retired connections nobody waits on any more."""
+        for connection in list(self._retired):
+            stats = connection.statistics
+            if (
+                stats.requests_pending <= 0
+                or time.perf_counter() - stats.last_request_created_at >= self.stall_after
+            ):
+                self._retired.discard(connection)
+                connection.invalidate("no answer: replaced")
+
+    async def get_connection(self, **_: Any) -> Any:
+        self.sweep()
+        connection = await self._available_connections.get()
+        try:
+            if connection is not None and (not connection.reusable or self._stalled(connection)):
+                if connection.usable and connection.statistics.requests_pending > 0:
+                    self._retired.add(connection)  # closed by a sweep, once its calls are over
+                else:
+                    connection.invalidate()
+                connection = None
+            if connection is None:
+                connection = await self._construct_connection()
+                with trio.move_on_after(self.connect_timeout or math.inf) as connecting:
+                    error = await self.task_group.start(self._keep, connection)
+                if connecting.cancelled_caught:
+                    raise coredis.exceptions.ConnectionError(
+                        f"could not connect within {self.connect_timeout} s"
+                    )
+                if error is not None:
+                    raise error
+                self.statistics.connection_created(connection)
+                self._online_connections.add(connection)
+        except BaseException:
+            self._available_connections.append_nowait(None)  # the slot, for a new connection
+            raise
+        self.statistics.connection_leased(connection)
+        return connection
+
+    def release(self, connection: BaseConnection) -> None:
+        self.statistics.connection_released(connection)
+        usable = connection.usable and connection not in self._retired
+        self._available_connections.put_nowait(connection if usable else None)
+
+    async def _keep(
+        self, connection: BaseConnection, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """A connection's life (coredis's own, but for the retired set)."""
+        try:
+            await connection.run(task_status=task_status)
+        except coredis.exceptions.RedisError as error:
+            task_status.started(error)  # (run raises only before it started)
+        finally:
+            self._online_connections.discard(connection)
+            self._retired.discard(connection)
+            if connection in self._available_connections:
+                self._available_connections.remove(connection)
+                self._available_connections.append_nowait(None)
+
+
+class _GuardedSentinelPool(_GuardedPool, SentinelConnectionPool):
+    """The same guards on coredis's Sentinel pool (each new connection asks the Sentinels where
+    the primary is, and checks its role)."""
+
+
+class _Host:
+    """A store's coredis client in one Trio run, its pool kept open by a system task of that run
+    (coredis runs each connection's reader and writer in the pool's task group)."""
+
+    def __init__(self, client: coredis.Redis[bytes], contexts: Sequence[Any]) -> None:
+        self.client = client
+        self.contexts = contexts
+        self.ready = trio.Event()
+        self.stop = trio.Event()
+        self.done = trio.Event()
+        self.gone = False
+        self.error: BaseException | None = None
+
+    async def serve(self) -> None:
+        try:
+            async with AsyncExitStack() as stack:
+                for context in self.contexts:
+                    await stack.enter_async_context(context)
+                self.ready.set()
+                await self.stop.wait()
+        except BaseException as exc:  # a system task must not raise: it would end the run
+            self.error = exc
+            if not isinstance(_leaf(exc), trio.Cancelled):  # (cancelled: the run ended)
+                log.warning("Redis task store: the connection pool ended (%s)", _reason(exc))
+        finally:
+            self.gone = True
+            self.ready.set()
+            self.done.set()
+
+
+class _InPlace:
+    """A Trio run on a daemon thread of the module's own, where the events of a store used on a
+    mock clock are read (waiting for them there takes no mock time)."""
+
+    def __init__(self) -> None:
+        started = threading.Event()
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._nursery: trio.Nursery | None = None
+
+        async def serve() -> None:
+            async with trio.open_nursery() as nursery:
+                self._token = trio.lowlevel.current_trio_token()
+                self._nursery = nursery
+                started.set()
+                await trio.sleep_forever()
+
+        threading.Thread(target=trio.run, args=(serve,), name="trio-mcp-redis", daemon=True).start()
+        started.wait()
+
+    def _spawn(self, function: Callable[[], Awaitable[None]]) -> None:
+        assert self._token is not None and self._nursery is not None
+        self._token.run_sync_soon(self._nursery.start_soon, function)
+
+    def start(self, function: Callable[[Callable[[], None]], Awaitable[None]]) -> Callable[[], None]:
+        """Run ``function(started)`` there until it calls ``started()`` (or ends); a function
+        that cancels it."""
+        started = threading.Event()
+        scope = trio.CancelScope()
+
+        async def run() -> None:
+            try:
+                with scope:
+                    await function(started.set)
+            except Exception as exc:
+                if not scope.cancel_called:
+                    log.warning("Redis task store: the events reader ended (%s)", _reason(exc))
+            finally:
+                started.set()
+
+        self._spawn(run)
+        started.wait()
+        token = self._token
+        assert token is not None
+        return lambda: token.run_sync_soon(scope.cancel)
+
+
+_in_place_loop: list[_InPlace] = []
+_in_place_lock = threading.Lock()
+
+
+def _in_place() -> _InPlace:
+    with _in_place_lock:
+        if not _in_place_loop:
+            _in_place_loop.append(_InPlace())
+        return _in_place_loop[0]
+
+
+Command = tuple[bytes | str | int, ...]
+
+
+class _InPlaceConnection:
+    """One blocking connection, for calls made in place (on a mock clock, and ``len(store)``):
+    coredis's RESP3 packer and parser over a socket of the caller's thread (TLS, ``HELLO`` with
+    ``AUTH``, ``SELECT`` as coredis's connections do). Connecting is bounded by
+    ``connect_timeout``, each read by ``timeout``."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.packer = Packer("utf-8")
+        self.parser = Parser()
+
+    def idle_but_readable(self) -> bool:
+        """Whether the idle connection has something to read: the server closed it (restarted?)
+        — either way it is not fit for the next command."""
+        poller = select.poll()
+        poller.register(self.sock.fileno(), select.POLLIN)
+        try:
+            return bool(poller.poll(0))
+        except OSError:
+            return True
+
+    def call(self, commands: Sequence[Command]) -> list[Any]:
+        """Send the commands (pipelined); their replies, errors as exception values."""
+        self.sock.sendall(b"".join(self.packer.pack_commands(list(commands))))
+        replies: list[Any] = []
+        while len(replies) < len(commands):
+            parsed = self.parser.parse(decode=False)
+            if isinstance(parsed, NotEnoughData):
+                data = self.sock.recv(65536)
+                if not data:
+                    raise coredis.exceptions.ConnectionError("the server closed the connection")
+                self.parser.feed(data)
+            elif parsed[0] != DataType.PUSH:
+                replies.append(parsed[1])
+        return replies
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _on_mock_clock() -> bool:
+    return hasattr(trio.lowlevel.current_clock(), "autojump_threshold")
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first error in a (nested) exception group coredis's task groups raise."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = next((e for e in exc.exceptions if not isinstance(e, trio.Cancelled)), exc.exceptions[0])
+    return exc
+
+
+def _reason(exc: BaseException) -> str:
+    """What went wrong, in a few words (the cause too, when coredis wraps an OSError)."""
+    exc = _leaf(exc)
+    text = str(exc) or type(exc).__name__
+    cause = exc.__cause__
+    if cause is not None and str(cause) and str(cause) not in text:
+        text = f"{text}: {cause}"
+    return text
 
 
 def _unavailable(address: RedisAddress, what: str) -> RedisUnavailable:
     return RedisUnavailable(f"Redis task store at {address!r}: {what}")
 
 
+class _QuietCancelledConnects(logging.Filter):
+    """Drops coredis's "Connection attempt failed unexpectedly!" error when the attempt was
+    cut short by a cancellation — a call's deadline or ``connect_timeout``, which the store
+    reports itself (:class:`RedisUnavailable`): not an error of its own, and one per call
+    while a server is frozen."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = record.exc_info[0] if record.exc_info else None
+        return not (kind is not None and issubclass(kind, trio.Cancelled))
+
+
+logging.getLogger("coredis").addFilter(_QuietCancelledConnects())
+
+_FAILURES = (coredis.exceptions.RedisError, OSError, TimeoutError, trio.TooSlowError, ExceptionGroup)
+"""What a coredis call raises when it fails (mapped to :class:`RedisError`)."""
+
+
+# ----------------------------------------------------------------------------- the store
+
+
 class RedisTaskStore:
     """Task records in Redis, shared by every process using the same server and ``prefix``
     (see the module docstring).
 
-    ``RedisTaskStore(url)`` does no I/O; the first call connects. ``timeout`` (seconds) is each
-    operation's deadline, counted from the moment it is called: waiting for a free connection,
-    connecting and the server's answer all fit in it, however many calls wait before it; past
-    it the call raises :class:`RedisUnavailable`. ``connect_timeout`` bounds connecting on its
-    own as well. Operations share up to ``connections`` connections (made on demand), so one
-    slow call does not hold up the others. ``expiry_margin``: seconds a record stays in Redis
-    after its expiry (the supervisors delete expired records themselves; the TTL is for those
-    whose process died). ``heartbeat``: seconds of silence after which the :meth:`events`
-    connection is pinged; with no answer by the next one it counts as lost.
+    ``RedisTaskStore(url)`` does no I/O (a bad URL or TLS file raises ValueError now); the
+    first call connects. ``timeout`` (seconds) is each operation's deadline, counted from the
+    moment it is called: waiting for a free connection, connecting and the server's answer
+    all fit in it, however many calls wait before it; past it the call raises
+    :class:`RedisUnavailable`. ``connect_timeout`` bounds connecting on its own as well.
+    Operations share up to ``connections`` connections (made on demand). ``expiry_margin``:
+    seconds a record stays in Redis after its expiry (the supervisors delete expired records
+    themselves; the TTL is for those whose process died). ``heartbeat``: seconds of silence
+    after which the :meth:`events` connection is pinged; with no answer within another
+    ``heartbeat`` it counts as lost.
     """
 
     def __init__(
@@ -635,13 +873,10 @@ class RedisTaskStore:
         self.heartbeat = heartbeat
         self.connections = connections
         self._prefix = store_key(prefix)
-        self._slots = trio.Semaphore(connections)
-        """One slot per connection a call may use: a call holds one from before it takes a
-        connection until it gives it back (so there are never more than ``connections``)."""
-        self._idle: list[_AsyncConnection] = []
-        self._open: set[_AsyncConnection] = set()
-        """Every connection not closed yet: the idle ones and those in a call."""
-        self._blocking: _BlockingConnection | None = None
+        self._ssl = self.address.tls.context() if self.address.tls is not None else None
+        self._hosts: dict[trio.lowlevel.TrioToken, _Host] = {}
+        """The client of each Trio run this store was called in."""
+        self._in_place: _InPlaceConnection | None = None
         self._closed = False
 
     def __repr__(self) -> str:
@@ -653,15 +888,72 @@ class RedisTaskStore:
         return self._prefix + b"events"
 
     # -- connections ----------------------------------------------------------------------
+    def _new_client(self, connections: int) -> tuple[coredis.Redis[bytes], list[Any]]:
+        """A coredis client (not entered yet) and the context managers to enter for it."""
+        address = self.address
+        options: dict[str, Any] = {
+            "db": address.db,
+            "connect_timeout": self.connect_timeout,
+            "max_connections": connections,
+        }
+        if address.password is not None:
+            options["username"] = address.username
+            options["password"] = address.password
+        pool: _GuardedPool
+        if address.sentinels:
+            assert address.service is not None
+            sentinel: Sentinel[bytes] = Sentinel(
+                [TCPLocation(host, port) for host, port in address.sentinels],
+                sentinel_kwargs={"connect_timeout": self.connect_timeout, "decode_responses": False},
+                retry_policy=NoRetryPolicy(),
+            )
+            client = sentinel.primary_for(
+                address.service, connection_pool_class=_GuardedSentinelPool, **options
+            )
+            assert isinstance(client.connection_pool, _GuardedPool)
+            pool, contexts = client.connection_pool, [sentinel, client]
+        else:
+            if self._ssl is not None:
+                options["ssl_context"] = self._ssl
+            pool = _GuardedPool(location=TCPLocation(address.host, address.port), **options)
+            client = coredis.Redis(connection_pool=pool, retry_policy=NoRetryPolicy())
+            contexts = [client]
+        pool.stall_after = self.timeout
+        return client, contexts
+
+    async def _client(self) -> coredis.Redis[bytes]:
+        """This run's client, its pool started at the first call of the run."""
+        token = trio.lowlevel.current_trio_token()
+        host = self._hosts.get(token)
+        if host is None or host.gone:
+            host = self._hosts[token] = _Host(*self._new_client(self.connections))
+            trio.lowlevel.spawn_system_task(host.serve, name=f"{self!r}: connections")
+        if not host.ready.is_set():
+            await host.ready.wait()
+        if host.gone:
+            raise _unavailable(self.address, f"no connection pool ({_reason(host.error or EOFError())})")
+        return host.client
+
     async def aclose(self) -> None:
         """Close the connections (calls under way on them fail). Later calls raise
         :class:`StoreClosed`; closing again does nothing."""
         self._closed = True
-        for connection in list(self._open):
-            connection.close()
-        self._open.clear()
-        self._idle.clear()
-        self._drop_blocking()
+        self._drop_in_place()
+        hosts, self._hosts = self._hosts, {}
+        try:
+            current: trio.lowlevel.TrioToken | None = trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            current = None
+        for token, host in hosts.items():
+            if token is current:
+                host.stop.set()
+                with trio.CancelScope(shield=True):
+                    await host.done.wait()
+            else:
+                try:
+                    token.run_sync_soon(host.stop.set)
+                except trio.RunFinishedError:
+                    pass
 
     async def __aenter__(self) -> RedisTaskStore:
         await self.ping()
@@ -675,124 +967,152 @@ class RedisTaskStore:
     ) -> None:
         await self.aclose()
 
-    def _discard(self, connection: _AsyncConnection) -> None:
-        connection.close()
-        self._open.discard(connection)
+    def _current_host(self) -> _Host | None:
+        """This run's client, if it has one (None outside Trio)."""
+        try:
+            return self._hosts.get(trio.lowlevel.current_trio_token())
+        except RuntimeError:
+            return None
 
-    def _drop_blocking(self) -> None:
-        if self._blocking is not None:
-            self._blocking.close()
-            self._blocking = None
+    def _failure(self, exc: BaseException) -> Exception:
+        """The store's exception for what a coredis call raised."""
+        if self._closed:
+            return StoreClosed(f"{self!r} is closed")
+        leaf = _leaf(exc)
+        if isinstance(leaf, (RedisError, StoreClosed)):
+            return leaf
+        if isinstance(leaf, coredis.exceptions.BusyLoadingError) or str(leaf).startswith("LOADING"):
+            return _unavailable(self.address, f"the server is not ready ({leaf})")
+        if isinstance(leaf, coredis.exceptions.ReadOnlyError):
+            # A replica now (a failover demoted it): new connections ask the Sentinels again.
+            host = self._current_host()
+            if host is not None:
+                host.client.connection_pool.disconnect()
+            return _unavailable(self.address, f"the server is a read-only replica ({leaf})")
+        if isinstance(leaf, coredis.exceptions.ResponseError):
+            return RedisReplyError(str(leaf))
+        return _unavailable(self.address, _reason(leaf))
 
-    async def _call(self, commands: Sequence[Sequence[Any]], deadline: float | None = None) -> list[Any]:
-        """Send ``commands`` (pipelined) and return their replies; :class:`RedisUnavailable` if
-        the server cannot be reached or has not answered by ``deadline`` (Trio time; default
-        ``timeout`` from now), whatever the call had to wait for first."""
+    async def _call_now(self, operation: Callable[[coredis.Redis[bytes]], Awaitable[T]]) -> T:
+        """``operation(client)`` in this run, within ``timeout``."""
+        with trio.move_on_after(self.timeout) as deadline:
+            try:
+                return await operation(await self._client())
+            except _FAILURES as exc:
+                if not deadline.cancel_called:  # (coredis may turn our deadline into an error)
+                    raise self._failure(exc) from exc
+        if self._closed:
+            raise StoreClosed(f"{self!r} is closed")
+        host = self._current_host()
+        if host is not None and isinstance(host.client.connection_pool, _GuardedPool):
+            host.client.connection_pool.sweep()
+        raise _unavailable(self.address, f"no answer within {self.timeout} s")
+
+    async def _call(
+        self, operation: Callable[[coredis.Redis[bytes]], Awaitable[T]], commands: Sequence[Command]
+    ) -> T:
+        """``operation(client)``, within ``timeout``; on a mock clock ``commands`` (the same
+        commands) in place instead: the reply (a list of the replies if several commands)."""
         if self._closed:
             raise StoreClosed(f"{self!r} is closed")
         if _on_mock_clock():
-            return self._call_blocking(commands)
-        if deadline is None:
-            deadline = trio.current_time() + self.timeout
-        with trio.move_on_at(deadline):
-            async with self._slots:
-                return await self._call_in_trio(commands)
-        raise _unavailable(self.address, f"no answer within {self.timeout} s")
+            replies = self._call_in_place(commands)
+            return replies[0] if len(replies) == 1 else replies  # type: ignore[return-value]
+        return await self._call_now(operation)
 
-    async def _take(self) -> _AsyncConnection:
-        """An idle connection (closing those the server closed meanwhile), or a new one."""
-        while self._idle:
-            idle = self._idle.pop()
-            if not idle.stale():
-                return idle
-            self._discard(idle)  # the server closed it while idle (restarted?)
-        connection: _AsyncConnection | None = None
-        with trio.move_on_after(self.connect_timeout):
-            connection = await _AsyncConnection.open(self.address)
-        if connection is None:
-            raise RedisUnavailable(f"could not connect within {self.connect_timeout} s")
-        if self._closed:  # closed while this one was being made
+    def _drop_in_place(self) -> None:
+        connection, self._in_place = self._in_place, None
+        if connection is not None:
             connection.close()
-            raise StoreClosed(f"{self!r} is closed")
-        self._open.add(connection)
+
+    def _open_in_place(self) -> _InPlaceConnection:
+        address = self.address
+        host, port = address.host, address.port
+        if address.sentinels:
+            host, port = self._primary_in_place()
+        sock = socket.create_connection((host, port), timeout=self.connect_timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._ssl is not None:
+                sock = self._ssl.wrap_socket(sock, server_hostname=host)
+            connection = _InPlaceConnection(sock)
+            hello: Command = (b"HELLO", 3)
+            if address.password is not None:
+                user = store_key(address.username or "default")
+                hello = (*hello, b"AUTH", user, store_key(address.password))
+            handshake = [hello]
+            if address.db:
+                handshake.append((b"SELECT", address.db))
+            if address.sentinels:
+                handshake.append((b"ROLE",))
+            replies = connection.call(handshake)
+            for reply in replies:
+                if isinstance(reply, BaseException):
+                    raise reply
+            if address.sentinels and replies[-1][0] != b"master":
+                raise coredis.exceptions.ReadOnlyError("the server the Sentinels named is not a primary")
+            sock.settimeout(self.timeout)
+        except BaseException:
+            sock.close()
+            raise
         return connection
 
-    async def _call_in_trio(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        """The call, holding a slot: on a connection of its own until it is answered. One that
-        fails or is cut short (a timeout, a cancelled caller) is closed, never used again: its
-        replies may yet come."""
-        if self._closed:
-            raise StoreClosed(f"{self!r} is closed")
-        connection: _AsyncConnection | None = None
-        try:
-            connection = await self._take()
-            replies = await connection.call(commands)
-        except (RedisReplyError, StoreClosed):
-            if connection is not None:
-                self._discard(connection)
-            raise  # (a reply error raised here refused the handshake: AUTH, SELECT)
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, RedisError) as exc:
-            if connection is not None:
-                self._discard(connection)
-            if self._closed:
-                raise StoreClosed(f"{self!r} is closed") from exc
-            raise _unavailable(self.address, str(exc) or type(exc).__name__) from exc
-        except BaseException:
-            if connection is not None:
-                self._discard(connection)  # cut short: the connection is in an unknown state
-            raise
-        if self._closed:
-            connection.close()
-        else:
-            self._idle.append(connection)
-        self._check_ready(replies)
-        return replies
+    def _primary_in_place(self) -> tuple[str, int]:
+        """Where the Sentinels say the primary is (the first that answers)."""
+        errors = []
+        for host, port in self.address.sentinels:
+            try:
+                with socket.create_connection((host, port), timeout=self.connect_timeout) as sock:
+                    sock.settimeout(self.timeout)
+                    (reply,) = _InPlaceConnection(sock).call(
+                        [(b"SENTINEL", b"GET-MASTER-ADDR-BY-NAME", store_key(self.address.service or ""))]
+                    )
+            except OSError as exc:
+                errors.append(str(exc))
+                continue
+            if isinstance(reply, list) and len(reply) == 2:
+                return reply[0].decode(), int(reply[1])
+            errors.append(f"{host}:{port} names no primary")
+        raise coredis.exceptions.PrimaryNotFoundError(f"no Sentinel names a primary ({'; '.join(errors)})")
 
-    def _check_ready(self, replies: Sequence[Any]) -> None:
-        loading = _not_ready(replies)
-        if loading is not None:
-            raise _unavailable(self.address, f"the server is not ready ({loading})")
-
-    def _call_blocking(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
-        connection = self._blocking
-        if connection is not None and connection.stale():
-            connection.close()
-            connection = self._blocking = None
+    def _call_in_place(self, commands: Sequence[Command]) -> list[Any]:
+        """The commands' replies, on the blocking connection (errors raised as the store's)."""
+        connection = self._in_place
+        if connection is not None and connection.idle_but_readable():
+            self._drop_in_place()
+            connection = None
         try:
             if connection is None:
-                connection = _BlockingConnection.open(self.address, self.connect_timeout, self.timeout)
-                self._blocking = connection
+                connection = self._in_place = self._open_in_place()
             replies = connection.call(commands)
-        except RedisReplyError:
-            self._drop_blocking()
-            raise
-        except RedisUnavailable:
-            self._drop_blocking()
-            raise
         except TimeoutError as exc:
-            self._drop_blocking()
-            raise _unavailable(self.address, f"no answer within the timeout ({exc})") from exc
-        except (OSError, RedisError) as exc:
-            self._drop_blocking()
-            raise _unavailable(self.address, str(exc) or type(exc).__name__) from exc
-        self._check_ready(replies)
+            self._drop_in_place()
+            raise _unavailable(self.address, f"no answer within {self.timeout} s ({exc})") from exc
+        except (*_FAILURES, ssl.SSLError) as exc:
+            self._drop_in_place()
+            raise self._failure(exc) from exc
+        for index, reply in enumerate(replies):
+            if isinstance(reply, coredis.exceptions.NoScriptError):
+                _, sha, *rest = commands[index]
+                (replies[index],) = connection.call([(b"EVAL", _SCRIPT_TEXTS[sha], *rest)])
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                if isinstance(reply, coredis.exceptions.ReadOnlyError):
+                    self._drop_in_place()
+                raise self._failure(reply)
         return replies
 
-    async def _run(self, script: _Script, *args: bytes | str | int | float) -> Any:
-        """Run one of the store's scripts (loading it into the server if it does not have it)."""
-        deadline = None if _on_mock_clock() else trio.current_time() + self.timeout
-        (reply,) = await self._call([("EVALSHA", script.sha, 0, self._prefix, *args)], deadline)
-        if isinstance(reply, RedisReplyError) and str(reply).startswith("NOSCRIPT"):
-            (reply,) = await self._call([("EVAL", script.text, 0, self._prefix, *args)], deadline)
-        if isinstance(reply, RedisReplyError):
-            raise reply
-        return reply
+    async def _run(self, script: Script[bytes], *args: bytes | str | int | float) -> Any:
+        """Run one of the store's scripts (``EVALSHA``; loaded into a server without it)."""
+        values = [self._prefix, *(_arg(value) for value in args)]
+        return await self._call(
+            lambda client: script(keys=[], args=values, client=client),
+            [(b"EVALSHA", script.sha, 0, *values)],
+        )
 
     async def ping(self) -> None:
         """Connect now (if not yet) and check that the server answers."""
-        (reply,) = await self._call([("PING",)])
-        if isinstance(reply, RedisReplyError):
-            raise reply
+        await self._call(lambda client: client.ping(), [(b"PING",)])
 
     def _ttl_ms(self, record: TaskRecord) -> int:
         """The Redis TTL of a record just written: its own time left, plus the margin."""
@@ -820,9 +1140,8 @@ class RedisTaskStore:
             raise ValueError(f"task {record.task_id!r} exists")
 
     async def get(self, task_id: str) -> TaskRecord | None:
-        (text,) = await self._call([("HGET", self._prefix + b"task:" + store_key(task_id), "r")])
-        if isinstance(text, RedisReplyError):
-            raise text
+        key = self._prefix + b"task:" + store_key(task_id)
+        text = await self._call(lambda client: client.hget(key, b"r"), [(b"HGET", key, b"r")])
         return record_from_text(text) if text is not None else None
 
     async def update(self, record: TaskRecord) -> bool:
@@ -884,9 +1203,9 @@ class RedisTaskStore:
         if event.responses is not None:
             message["responses"] = event.responses
         text = json.dumps(message, allow_nan=False, separators=(",", ":"))
-        (reply,) = await self._call([("PUBLISH", self.channel, text)])
-        if isinstance(reply, RedisReplyError):
-            raise reply
+        channel = self.channel
+        data = store_key(text)
+        await self._call(lambda client: client.publish(channel, data), [(b"PUBLISH", channel, data)])
 
     @asynccontextmanager
     async def events(self) -> AsyncIterator[AsyncIterator[TaskEvent]]:
@@ -898,16 +1217,52 @@ class RedisTaskStore:
         missed (delivery is at most once). Once subscribed again after a lost subscription, it
         yields a ``resync`` event (task id and origin ``""``) before any other: the reader
         re-reads whatever it waits for. It never ends by itself; leaving the block closes the
-        connection.
+        connection. (The subscription is read by a task of its own — a system task of the run,
+        or the run of in-place calls on a mock clock — that hands the events over.)
         """
         if self._closed:
             raise StoreClosed(f"{self!r} is closed")
-        stream = _EventStream(self)
-        try:
-            await stream.subscribe(first=True)
-            yield stream
-        finally:
-            stream.close()
+        send, receive = trio.open_memory_channel[TaskEvent](math.inf)
+        subscriber = _Subscriber(self)
+        with send, receive:
+            if _on_mock_clock():
+                token = trio.lowlevel.current_trio_token()
+
+                def hand_over(event: TaskEvent) -> None:
+                    try:
+                        token.run_sync_soon(_offer, send, event)
+                    except trio.RunFinishedError:
+                        pass
+
+                cancel = _in_place().start(lambda started: subscriber.run(hand_over, started))
+                try:
+                    yield _EventStream(receive)
+                finally:
+                    cancel()
+                return
+            scope = trio.CancelScope()
+            started, finished = trio.Event(), trio.Event()
+
+            async def read() -> None:
+                try:
+                    with scope:
+                        await subscriber.run(lambda event: _offer(send, event), started.set)
+                except BaseException as exc:  # a system task must not raise: it would end the run
+                    # (what coredis raises while it is cancelled is moot)
+                    if not scope.cancel_called and not isinstance(_leaf(exc), trio.Cancelled):
+                        log.warning("Redis task store: the events reader ended (%s)", _reason(exc))
+                finally:
+                    started.set()
+                    finished.set()
+
+            trio.lowlevel.spawn_system_task(read, name=f"{self!r}: events")
+            await started.wait()
+            try:
+                yield _EventStream(receive)
+            finally:
+                scope.cancel()
+                with trio.CancelScope(shield=True):
+                    await finished.wait()
 
     async def hold(self, task_ids: Sequence[str], origin: str, until: float) -> list[str]:
         """Lease these tasks to ``origin`` until ``until`` (wall-clock seconds), and return
@@ -935,11 +1290,18 @@ class RedisTaskStore:
         return [record_from_text(text) for text in texts]
 
     async def lease(self, task_id: str) -> tuple[str, float] | None:
-        """Who holds the lease of a task and until when (None: no lease) — for diagnostics."""
+        """Who holds the lease of a task and until when (None: no lease) — for diagnostics (one
+        round trip: a pipeline of two reads)."""
         key = store_key(task_id)
-        until, origin = await self._call(
-            [("ZSCORE", self._prefix + b"leases", key), ("HGET", self._prefix + b"origins", key)]
-        )
+        leases, origins = self._prefix + b"leases", self._prefix + b"origins"
+
+        async def read(client: coredis.Redis[bytes]) -> tuple[float | None, bytes | None]:
+            async with client.pipeline(transaction=False) as pipeline:
+                until = pipeline.zscore(leases, key)
+                origin = pipeline.hget(origins, key)
+            return await until, await origin
+
+        until, origin = await self._call(read, [(b"ZSCORE", leases, key), (b"HGET", origins, key)])
         if until is None or origin is None:
             return None
         return origin.decode("utf-8", "surrogatepass"), float(until)
@@ -954,14 +1316,17 @@ class RedisTaskStore:
         and diagnostics only (in a Trio task, ``await store.count()``)."""
         if self._closed:
             raise StoreClosed(f"{self!r} is closed")
-        commands = [("EVAL", _SCRIPTS.count.text, 0, self._prefix)]
-        reply = self._call_blocking(commands)[0]
-        if isinstance(reply, RedisReplyError):
-            raise reply
-        return int(reply)
+        (count,) = self._call_in_place([(b"EVALSHA", _SCRIPTS.count.sha, 0, self._prefix)])
+        return int(count)
 
 
-_SILENT = object()
+def _offer(send: trio.MemorySendChannel[TaskEvent], event: TaskEvent) -> None:
+    """Hand an event to the reader (dropped if the reader is gone)."""
+    try:
+        send.send_nowait(event)
+    except (trio.ClosedResourceError, trio.BrokenResourceError):
+        pass
+
 
 _RESYNC = TaskEvent("resync", "", "")
 """What :meth:`RedisTaskStore.events` yields after subscribing again, once a subscription was
@@ -969,131 +1334,128 @@ lost: events published meanwhile were missed."""
 
 
 class _EventStream:
-    """The iterator :meth:`RedisTaskStore.events` yields: a subscription that resubscribes."""
+    """The iterator :meth:`RedisTaskStore.events` yields."""
+
+    def __init__(self, receive: trio.MemoryReceiveChannel[TaskEvent]) -> None:
+        self._receive = receive
+
+    def __aiter__(self) -> _EventStream:
+        return self
+
+    async def __anext__(self) -> TaskEvent:
+        try:
+            return await self._receive.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+
+class _Subscriber:
+    """The subscription behind :meth:`RedisTaskStore.events`: coredis's pub/sub on a client
+    (and connection) of its own, made again whenever it is lost."""
 
     RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
     def __init__(self, store: RedisTaskStore) -> None:
         self.store = store
-        self.connection: _AsyncConnection | None = None
         self.failures = 0
-        self.closed = False
-        self.pinged = False
-        """A ping went out and nothing came back since."""
         self.lost = False
         """A subscription was lost and not made again yet (a ``resync`` event is due then)."""
+        self.subscribed = False
+        """The current try subscribed."""
 
-    def __aiter__(self) -> _EventStream:
-        return self
-
-    def close(self) -> None:
-        self.closed = True
-        if self.connection is not None:
-            self.connection.close()
-            self.connection = None
-
-    async def _connect(self) -> _AsyncConnection:
+    async def run(self, deliver: Callable[[TaskEvent], None], started: Callable[[], None]) -> None:
+        """Subscribe, hand every event to ``deliver``, subscribe again when the subscription is
+        lost; ``started()`` after the first try, whether it subscribed or not. Never returns."""
         store = self.store
-        address = store.address
-        if _on_mock_clock():  # connect in place (see the module docstring), then read in Trio
-            blocking = _BlockingConnection.open(address, store.connect_timeout, store.timeout)
-            try:
-                _check_handshake(blocking.call([("SUBSCRIBE", store.channel)]))
-            except BaseException:
-                blocking.close()
-                raise
-            blocking.sock.setblocking(False)
-            subscribed = _AsyncConnection(trio.SocketStream(trio.socket.from_stdlib_socket(blocking.sock)))
-            subscribed.parser = blocking.parser  # with any message already read behind the reply
-            return subscribed
-        connection: _AsyncConnection | None = None
-        with trio.move_on_after(store.connect_timeout):
-            connection = await _AsyncConnection.open(address)
-        if connection is None:
-            raise RedisUnavailable(f"could not connect within {store.connect_timeout} s")
-        try:
-            with trio.move_on_after(store.timeout):
-                _check_handshake(await connection.call([("SUBSCRIBE", store.channel)]))
-                return connection
-            raise RedisUnavailable(f"no answer within {store.timeout} s")
-        except BaseException:
-            connection.close()
-            raise
-
-    async def subscribe(self, *, first: bool = False) -> bool:
-        self.pinged = False
-        try:
-            self.connection = await self._connect()
-        except (OSError, trio.BrokenResourceError, RedisError) as exc:
-            if self.failures == 0:
-                log.warning(
-                    "Redis task store at %r: cannot subscribe to task events (%s); retrying",
-                    self.store.address,
-                    exc,
-                )
-            self.failures += 1
-            return False
-        if self.failures and not first:
-            log.warning("Redis task store at %r: subscribed to task events again", self.store.address)
-        self.failures = 0
-        return True
-
-    async def _receive(self, connection: _AsyncConnection) -> Any:
-        """The next push, or ``_SILENT`` after a quiet ``heartbeat`` (a ping went out then);
-        RedisUnavailable if the ping before went unanswered. No heartbeat on a mock clock:
-        there, waiting on the network is no time at all, and the clock jumps over it."""
-        if _on_mock_clock():
-            return await connection.receive()
-        with trio.move_on_after(self.store.heartbeat):
-            message = await connection.receive()
-            self.pinged = False
-            return message
-        if self.pinged:
-            raise RedisUnavailable(f"no answer to a ping within {self.store.heartbeat} s")
-        self.pinged = True
-        await connection.send([("PING",)])  # answered by a push: ["pong", ""]
-        return _SILENT
-
-    async def __anext__(self) -> TaskEvent:
+        first = True
         while True:
-            if self.closed:
-                raise StopAsyncIteration
-            if self.connection is None:
-                if not await self.subscribe():
-                    delays = self.RETRY_DELAYS
-                    await trio.sleep(delays[min(self.failures, len(delays)) - 1])
-                elif self.lost:
-                    self.lost = False
-                    return _RESYNC  # events were missed meanwhile: the reader re-reads
-                continue
+            self.subscribed = False
             try:
-                message = await self._receive(self.connection)
-            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, RedisError) as exc:
-                if self.closed:
-                    raise StopAsyncIteration from None
-                log.warning(
-                    "Redis task store at %r: task events connection lost (%s); resubscribing",
-                    self.store.address,
-                    exc,
+                await self._subscribed(deliver, started if first else None)
+            except Exception as exc:
+                if self.subscribed:
+                    log.warning(
+                        "Redis task store at %r: task events connection lost (%s); resubscribing",
+                        store.address,
+                        _reason(exc),
+                    )
+                    self.failures, self.lost = 1, True
+                    first = False
+                    continue
+                if self.failures == 0:
+                    log.warning(
+                        "Redis task store at %r: cannot subscribe to task events (%s); retrying",
+                        store.address,
+                        _reason(exc),
+                    )
+                self.failures += 1
+            if first:
+                first = False
+                started()
+            delays = self.RETRY_DELAYS
+            await trio.sleep(delays[min(self.failures, len(delays)) - 1])
+
+    async def _subscribed(
+        self,
+        deliver: Callable[[TaskEvent], None],
+        started: Callable[[], None] | None,
+    ) -> None:
+        """One subscription, until it is lost (an exception; :attr:`subscribed` says whether
+        it was made)."""
+        store = self.store
+        client, contexts = store._new_client(1)
+        with trio.CancelScope(deadline=trio.current_time() + store.connect_timeout + store.timeout) as scope:
+            async with AsyncExitStack() as stack:
+                for context in contexts:
+                    await stack.enter_async_context(context)
+                pubsub = await stack.enter_async_context(
+                    client.pubsub(
+                        channels=[store.channel],
+                        ignore_subscribe_messages=True,
+                        retry_policy=NoRetryPolicy(),
+                        subscription_timeout=store.timeout,
+                        max_idle_seconds=1e9,  # (the heartbeat is ours, below)
+                    )
                 )
-                self.connection.close()
-                self.connection = None
-                self.failures = 1
-                self.lost = True
-                continue
-            if message is _SILENT:
+                scope.deadline = math.inf
+                self.subscribed = True
+                if self.failures and started is None:
+                    log.warning("Redis task store at %r: subscribed to task events again", store.address)
+                self.failures = 0
+                if self.lost:
+                    self.lost = False
+                    deliver(_RESYNC)  # events were missed meanwhile: the reader re-reads
+                if started is not None:
+                    started()
+                await self._listen(pubsub, deliver)
+        raise _unavailable(
+            store.address, f"could not subscribe within {store.connect_timeout + store.timeout} s"
+        )
+
+    async def _listen(self, pubsub: Any, deliver: Callable[[TaskEvent], None]) -> None:
+        """Hand over events until the subscription breaks (coredis cancels this then) or stays
+        silent to a ping (RedisUnavailable)."""
+        heartbeat = self.store.heartbeat
+        while True:
+            with trio.move_on_after(heartbeat) as quiet:
+                message = await pubsub.get_message()
+            if quiet.cancelled_caught:
+                with trio.move_on_after(heartbeat) as silent:
+                    await pubsub.connection.create_request(b"PING")
+                if silent.cancelled_caught:
+                    raise RedisUnavailable(f"no answer to a ping within {heartbeat} s")
                 continue
             event = _event_of(message)
             if event is not None:
-                return event
+                deliver(event)
 
 
 def _event_of(message: Any) -> TaskEvent | None:
-    """The event in a pub/sub ``message`` push, or None (another push, or not an event)."""
-    if not (isinstance(message, list) and len(message) == 3 and message[0] == b"message"):
+    """The event in a pub/sub message, or None (another message, or not an event)."""
+    if not (isinstance(message, dict) and message.get("type") == "message"):
         return None
     try:
-        data = json.loads(message[2])
+        data = json.loads(message["data"])
         responses = data.get("responses")
         event = TaskEvent(
             kind=str(data["kind"]),
@@ -1105,6 +1467,3 @@ def _event_of(message: Any) -> TaskEvent | None:
         log.warning("Redis task store: ignoring a malformed task event (%s)", exc)
         return None
     return event
-
-
-# ----------------------------------------------------------------------------- store URLs
