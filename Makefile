@@ -35,11 +35,13 @@ pytest: $(STAMP) $(SDK2_STAMP)
 	$(BIN)/python -m pytest --task-store=sqlite -m every_store
 	$(BIN)/python -m pytest --task-store=redis -m every_store
 
-# The official MCP conformance suite against examples/conformance_server.py: Node 22 and the
-# pinned suite are installed once into .cache/conformance/ (needs npm); known failures, each
-# with its reason, are in conformance/expected-failures.yml (scripts/conformance.py).
+# The official MCP conformance suite, server mode against examples/conformance_server.py and
+# client mode driving examples/conformance_client.py (both spec versions each): Node 22 and
+# the pinned suite are installed once into .cache/conformance/ (needs npm); known failures,
+# each with its reason, are in conformance/expected-failures.yml and
+# conformance/expected-client-failures.yml (scripts/conformance.py).
 conformance: $(STAMP)
-	$(BIN)/python scripts/conformance.py
+	$(BIN)/python scripts/conformance.py --mode both
 
 test: lint typecheck conformance pytest
 

@@ -1,6 +1,8 @@
-"""Run the official MCP conformance suite against examples/conformance_server.py.
+"""Run the official MCP conformance suite against examples/conformance_server.py (server
+mode) and examples/conformance_client.py (client mode).
 
-    python scripts/conformance.py [--run 2025-11-25|2026-07-28|all]... [--verbose]
+    python scripts/conformance.py [--mode server|client|both] [--run 2025-11-25|2026-07-28|all]...
+                                  [--verbose]
 
 What it does (``make conformance`` calls it):
 
@@ -16,6 +18,17 @@ What it does (``make conformance`` calls it):
    ``--suite all`` (every server scenario: pending ones and the tasks extension included).
 4. Prints the scenarios passed per run, and judges every failure against
    ``conformance/expected-failures.yml``.
+5. Client mode: runs ``client --requirements 2025-11-25`` and ``--requirements 2026-07-28``
+   (every client scenario the revision requires, and its unscored ones), each scenario's
+   mock server driving ``examples/conformance_client.py``; judged against
+   ``conformance/expected-client-failures.yml`` (same format, under ``client:``; ``runs`` is
+   one of the two revisions). The suite starts every scenario's client at once: so that
+   dozens of Python processes do not each import the client, the script starts one process
+   that imports it and forks a child per scenario (the example's ``--zygote`` mode; the
+   command the suite runs only hands its stdio and environment over a unix socket).
+
+A client scenario passes when the suite's summary marks it ✓ (no FAILURE and, unlike server
+mode, no WARNING either: that is the suite's own verdict in client mode).
 
 How a run is counted: a scenario passes when none of its checks is ``FAILURE`` (``WARNING``
 does not fail, as in the suite's own summary). Every scenario run counts, scored or not: the
@@ -46,7 +59,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,7 +74,9 @@ from node_setup import installed as packages_installed
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "conformance"
 BASELINE = ROOT / "conformance" / "expected-failures.yml"
+CLIENT_BASELINE = ROOT / "conformance" / "expected-client-failures.yml"
 SERVER_FILE = "examples/conformance_server.py"
+CLIENT_FILE = "examples/conformance_client.py"
 
 SUITE = "@modelcontextprotocol/conformance"
 SUITE_VERSION = "0.2.0-alpha.12"
@@ -69,8 +86,13 @@ RUNS: dict[str, list[str]] = {
     "2026-07-28": ["--requirements", "2026-07-28"],
     "all": ["--suite", "all"],
 }
+CLIENT_RUNS: dict[str, list[str]] = {
+    "2025-11-25": ["--requirements", "2025-11-25"],
+    "2026-07-28": ["--requirements", "2026-07-28"],
+}
 RUN_TIMEOUT = 600.0
-SUMMARY_LINE = re.compile(r"^([✓✗]) (\S+): (\d+) passed, (\d+) failed$")
+CLIENT_TIMEOUT_MS = 30000
+SUMMARY_LINE = re.compile(r"^([✓✗]) (\S+): (\d+) passed, (\d+) failed(?:, (\d+) warnings)?$")
 NOT_SCORED_LINE = re.compile(r"^\s+[✓✗] (\S+) \(([^)]+)\)$")
 
 
@@ -139,14 +161,19 @@ class Scenario:
     checks: list[dict[str, Any]] | None = None  # None: it wrote no checks.json (it threw)
 
     def failures(self) -> dict[str, str]:
-        """The failing check ids, with their messages."""
+        """The failing check ids, with their messages (WARNING ones when a scenario failed on
+        warnings alone, as client mode counts them)."""
         if self.checks is None:
             return {} if self.passed else {self.name: "the scenario threw (no checks.json)"}
-        return {
-            c["id"]: str(c.get("errorMessage") or c.get("description") or "")
-            for c in self.checks
-            if c.get("status") == "FAILURE"
-        }
+        for status in ("FAILURE", "WARNING"):
+            failed = {
+                c["id"]: str(c.get("errorMessage") or c.get("description") or "")
+                for c in self.checks
+                if c.get("status") == status
+            }
+            if failed or self.passed:
+                return failed
+        return {}
 
     def status_of(self, check: str) -> str | None:
         statuses = {c.get("status") for c in self.checks or () if c.get("id") == check}
@@ -178,21 +205,90 @@ def run_suite(name: str, cache: Path, url: str, results: Path) -> Run:
         raise SetupError(f"run {name} took more than {RUN_TIMEOUT:.0f} s") from exc
     run = Run(name, time.monotonic() - started, done.returncode)
     (results / f"{name}.log").write_text(done.stdout + done.stderr)
+    parse_summary(run, done.stdout, done.stderr)
+    for checks in out.glob("server-*/checks.json"):
+        # server-<scenario>-<ISO timestamp>: the scenario name may hold dashes, the stamp is fixed
+        found = re.fullmatch(r"server-(.+)-\d{4}-\d\d-\d\dT[\d-]+Z", checks.parent.name)
+        if found and found.group(1) in run.scenarios:
+            run.scenarios[found.group(1)].checks = json.loads(checks.read_text())
+    return run
+
+
+def parse_summary(run: Run, stdout: str, stderr: str) -> None:
+    """The scenarios of the suite's summary (server or client mode) into ``run``."""
     in_summary = False
-    for line in done.stdout.splitlines():
-        if line.startswith("=== SUMMARY ==="):
+    for line in stdout.splitlines():
+        if line.startswith(("=== SUMMARY ===", "=== SUITE SUMMARY ===")):
             in_summary = True
         elif in_summary and (m := SUMMARY_LINE.match(line)):
             run.scenarios[m.group(2)] = Scenario(m.group(2), m.group(1) == "✓")
         elif in_summary and (m := NOT_SCORED_LINE.match(line)) and m.group(1) in run.scenarios:
             run.scenarios[m.group(1)].scored = False
     if not run.scenarios:
-        raise SetupError(f"run {name}: no summary from the suite (exit {done.returncode}):\n{done.stderr}")
-    for thrown in re.finditer(r"^Failed to run scenario (\S+): (.*)$", done.stderr, re.MULTILINE):
+        raise SetupError(f"run {run.name}: no summary from the suite (exit {run.exit_code}):\n{stderr}")
+    for thrown in re.finditer(r"^Failed to run scenario (\S+): (.*)$", stderr, re.MULTILINE):
         run.thrown[thrown.group(1)] = thrown.group(2)
-    for checks in out.glob("server-*/checks.json"):
-        # server-<scenario>-<ISO timestamp>: the scenario name may hold dashes, the stamp is fixed
-        found = re.fullmatch(r"server-(.+)-\d{4}-\d\d-\d\dT[\d-]+Z", checks.parent.name)
+
+
+# -- 3b. client mode -----------------------------------------------------------------------------
+class ClientZygote:
+    """``examples/conformance_client.py --zygote SOCKET``: imports the client once and forks a
+    child per scenario; its log goes to ``log``."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+        self.directory = Path(tempfile.mkdtemp(prefix="mcp-conformance-"))  # short: AF_UNIX paths
+        self.socket = self.directory / "zygote.sock"
+
+    def __enter__(self) -> ClientZygote:
+        command = [sys.executable, CLIENT_FILE, "--zygote", str(self.socket)]
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if "ready" in self.log.read_text(errors="replace"):
+                return self
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.__exit__()
+        raise SetupError(f"the client zygote did not start; its log:\n{self.log.read_text(errors='replace')}")
+
+    def __exit__(self, *exc: object) -> None:
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def run_client_suite(name: str, cache: Path, zygote: ClientZygote, results: Path) -> Run:
+    out = results / f"client-{name}"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    client = f"{sys.executable} -S {ROOT / CLIENT_FILE}"  # the suite splits it on spaces
+    command = [str(node_binary(cache)), str(suite_entry(cache)), "client", "--command", client]
+    command += [*CLIENT_RUNS[name], "--timeout", str(CLIENT_TIMEOUT_MS), "-o", str(out)]
+    env = {**os.environ, "TRIO_MCP_CONFORMANCE_ZYGOTE": str(zygote.socket)}
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False, env=env
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise SetupError(f"client run {name} took more than {RUN_TIMEOUT:.0f} s") from exc
+    run = Run(name, time.monotonic() - started, done.returncode)
+    (results / f"client-{name}.log").write_text(done.stdout + done.stderr)
+    parse_summary(run, done.stdout, done.stderr)
+    for checks in out.glob("**/checks.json"):
+        # <scenario>-<ISO timestamp>; the scenario may hold dashes and slashes (auth/...)
+        relative = checks.parent.relative_to(out).as_posix()
+        found = re.fullmatch(r"(.+)-\d{4}-\d\d-\d\dT[\d-]+Z", relative)
         if found and found.group(1) in run.scenarios:
             run.scenarios[found.group(1)].checks = json.loads(checks.read_text())
     return run
@@ -218,7 +314,7 @@ class Entry:
         )
 
 
-def load_baseline(path: Path, cache: Path) -> list[Entry]:
+def load_baseline(path: Path, cache: Path, section: str = "server") -> list[Entry]:
     """Read the YAML with the suite's own parser (the ``yaml`` package it installs)."""
     if not path.exists():
         return []
@@ -232,17 +328,18 @@ def load_baseline(path: Path, cache: Path) -> list[Entry]:
     )
     if done.returncode != 0:
         raise SetupError(f"{path}: not YAML:\n{done.stderr}")
-    return parse_baseline(json.loads(done.stdout), path.name)
+    return parse_baseline(json.loads(done.stdout), path.name, section)
 
 
-def parse_baseline(data: Any, where: str) -> list[Entry]:
+def parse_baseline(data: Any, where: str, section: str = "server") -> list[Entry]:
     """The entries of a parsed baseline; SetupError if one lacks a reason or is malformed."""
-    raw = data.get("server") if isinstance(data, dict) else None
+    raw = data.get(section) if isinstance(data, dict) else None
     if not isinstance(raw, list):
-        raise SetupError(f"{where}: expected a mapping with a list under 'server'")
+        raise SetupError(f"{where}: expected a mapping with a list under {section!r}")
+    runs_known = RUNS if section == "server" else CLIENT_RUNS
     entries = []
     for i, item in enumerate(raw):
-        here = f"{where}: server[{i}]"
+        here = f"{where}: {section}[{i}]"
         if not isinstance(item, dict) or not isinstance(item.get("scenario"), str):
             raise SetupError(f"{here}: each entry is a mapping with a 'scenario'")
         reason = item.get("reason")
@@ -254,15 +351,17 @@ def parse_baseline(data: Any, where: str) -> list[Entry]:
         check, runs = item.get("check"), item.get("runs")
         if check is not None and not isinstance(check, str):
             raise SetupError(f"{here}: 'check' is one check id")
-        if runs is not None and not (isinstance(runs, list) and runs and set(runs) <= set(RUNS)):
-            raise SetupError(f"{here}: 'runs' is a list of {list(RUNS)}")
+        if runs is not None and not (isinstance(runs, list) and runs and set(runs) <= set(runs_known)):
+            raise SetupError(f"{here}: 'runs' is a list of {list(runs_known)}")
         entries.append(Entry(item["scenario"], reason.strip(), check, runs))
     return entries
 
 
-def judge(runs: list[Run], entries: list[Entry], verbose: bool) -> tuple[list[str], list[str]]:
+def judge(
+    runs: list[Run], entries: list[Entry], verbose: bool, every: Iterable[str] = RUNS, label: str = ""
+) -> tuple[list[str], list[str]]:
     """Print each run; return (unexpected failures, stale entries). An entry whose scenario
-    ran in none of ``runs`` is stale only when every run was made."""
+    ran in none of ``runs`` is stale only when every run (of ``every``) was made."""
     unexpected: list[str] = []
     stale: list[str] = []
     for run in runs:
@@ -273,7 +372,7 @@ def judge(runs: list[Run], entries: list[Entry], verbose: bool) -> tuple[list[st
         if len(scored) != len(run.scenarios):
             extra = f" (scored {sum(s.passed for s in scored)}/{len(scored)}, not scored "
             extra += f"{passed - sum(s.passed for s in scored)}/{len(run.scenarios) - len(scored)})"
-        say(f"{run.name}: {passed}/{len(run.scenarios)} passed{extra} in {run.seconds:.1f} s")
+        say(f"{label}{run.name}: {passed}/{len(run.scenarios)} passed{extra} in {run.seconds:.1f} s")
         for scenario in run.scenarios.values():
             failures = scenario.failures()
             if scenario.name in run.thrown:
@@ -290,7 +389,7 @@ def judge(runs: list[Run], entries: list[Entry], verbose: bool) -> tuple[list[st
                 verdict = "expected" if entry else "UNEXPECTED"
                 say(f"      {verdict}: {check}: {message[:300]}")
                 if entry is None:
-                    unexpected.append(f"{run.name}: {scenario.name}:{check}")
+                    unexpected.append(f"{label}{run.name}: {scenario.name}:{check}")
                 else:
                     entry.used = True
         for entry in entries:
@@ -307,7 +406,7 @@ def judge(runs: list[Run], entries: list[Entry], verbose: bool) -> tuple[list[st
                 entry.used = True  # a scenario that bailed early never reached the check: tolerated
             elif entry.check is not None and listed.status_of(entry.check) != "FAILURE":
                 stale.append(f"{entry.label()}: the check passes in run {run.name}")
-    every_run = {run.name for run in runs} == set(RUNS)
+    every_run = {run.name for run in runs} == set(every)
     for entry in entries:
         ran = any(entry.scenario in run.scenarios for run in runs)
         if not entry.used and not any(s.startswith(entry.label() + ":") for s in stale):
@@ -318,36 +417,62 @@ def judge(runs: list[Run], entries: list[Entry], verbose: bool) -> tuple[list[st
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mode", choices=["server", "client", "both"], default="both", help="which side")
     parser.add_argument("--run", action="append", choices=list(RUNS), help="only this run (repeatable)")
     parser.add_argument("--cache", type=Path, default=CACHE, help="where Node and the suite go")
-    parser.add_argument("--baseline", type=Path, default=BASELINE, help="the expected failures")
+    parser.add_argument("--baseline", type=Path, default=BASELINE, help="the expected server failures")
+    parser.add_argument(
+        "--client-baseline", type=Path, default=CLIENT_BASELINE, help="the expected client failures"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="list passing scenarios too")
     args = parser.parse_args(argv)
     cache: Path = args.cache.resolve()
     results = cache / "results"
+    server_names = list(args.run or RUNS) if args.mode != "client" else []
+    client_names = [n for n in (args.run or CLIENT_RUNS) if n in CLIENT_RUNS] if args.mode != "server" else []
     try:
         install(cache)
         entries = load_baseline(args.baseline, cache)
+        client_entries = load_baseline(args.client_baseline, cache, "client")
         results.mkdir(parents=True, exist_ok=True)
-        runs = []
-        with ConformanceServer(results / "server.log") as server:
-            say(f"suite {SUITE_VERSION}, server {SERVER_FILE} at {server.url}")
-            for name in args.run or list(RUNS):
-                runs.append(run_suite(name, cache, server.url, results))
+        runs: list[Run] = []
+        client_runs: list[Run] = []
+        if server_names:
+            with ConformanceServer(results / "server.log") as server:
+                say(f"suite {SUITE_VERSION}, server {SERVER_FILE} at {server.url}")
+                for name in server_names:
+                    runs.append(run_suite(name, cache, server.url, results))
+        if client_names:
+            with ClientZygote(results / "client.log") as zygote:
+                say(f"suite {SUITE_VERSION}, client {CLIENT_FILE}")
+                for name in client_names:
+                    client_runs.append(run_client_suite(name, cache, zygote, results))
     except SetupError as exc:
         say(f"conformance: {exc}")
         return 2
-    if args.run:  # entries for the runs left out are not judged
-        entries = [e for e in entries if e.runs is None or set(e.runs) & set(args.run)]
-    unexpected, stale = judge(runs, entries, args.verbose)
+    unexpected: list[str] = []
+    stale: list[str] = []
+    used = 0
+    for label, done, known, names, every, baseline in (
+        ("", runs, entries, server_names, RUNS, args.baseline),
+        ("client ", client_runs, client_entries, client_names, CLIENT_RUNS, args.client_baseline),
+    ):
+        if not names:
+            continue
+        if set(names) != set(every):  # entries for the runs left out are not judged
+            known = [e for e in known if e.runs is None or set(e.runs) & set(names)]
+        failed, old = judge(done, known, args.verbose, every, label)
+        unexpected += failed
+        stale += [f"{baseline.name}: {line}" for line in old]
+        used += sum(e.used for e in known)
     say(f"results: {results.relative_to(ROOT) if results.is_relative_to(ROOT) else results}")
     for line in unexpected:
         say(f"unexpected failure: {line}")
     for line in stale:
-        say(f"stale entry in {args.baseline.name}: {line}")
+        say(f"stale entry in {line}")
     if unexpected or stale:
         return 1
-    say(f"conformance: as expected ({sum(e.used for e in entries)} known failures listed with reasons)")
+    say(f"conformance: as expected ({used} known failures listed with reasons)")
     return 0
 
 

@@ -141,7 +141,7 @@ async def test_a_client_answers_malformed_task_queries_with_invalid_params(autoj
 
     @server.tool()
     async def raw(ctx: Context) -> str:
-        session = ctx._call.session  # the tool's own connection: a query the SDK would not send
+        session = ctx._call.peer  # the tool's own connection: a query the SDK would not send
         codes = []
         for method in ("tasks/get", "tasks/cancel"):
             try:

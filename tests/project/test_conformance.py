@@ -167,9 +167,58 @@ def test_the_summary_is_parsed() -> None:
         "tasks-lifecycle",
         "8",
         "1",
+        None,
     )
     not_scored = conf.NOT_SCORED_LINE.match("  ✓ json-schema-2020-12 (pending)")
     assert not_scored.groups() == ("json-schema-2020-12", "pending")
+
+
+# -- client mode -------------------------------------------------------------------------------------
+CLIENT_OUTPUT = """Running requirements 2026-07-28 (3 scenarios) in parallel...
+
+=== SUITE SUMMARY ===
+
+✓ auth/metadata-default: 18 passed, 0 failed
+✗ request-metadata: 5 passed, 0 failed, 1 warnings
+✗ auth/dpop: 10 passed, 3 failed
+
+Total: 33 passed, 3 failed, 1 warnings
+
+Not scored for 2026-07-28: 1 scenario(s) run, 1 failing. These do not affect conformance.
+  ✗ auth/dpop (extension)
+"""
+
+
+def test_the_client_summary_is_parsed_and_a_warning_fails_a_client_scenario() -> None:
+    parsed = conf.Run("2026-07-28")
+    conf.parse_summary(parsed, CLIENT_OUTPUT, "")
+    assert {name: s.passed for name, s in parsed.scenarios.items()} == {
+        "auth/metadata-default": True,
+        "request-metadata": False,  # the suite's own verdict: a warning fails in client mode
+        "auth/dpop": False,
+    }
+    assert not parsed.scenarios["auth/dpop"].scored
+    parsed.scenarios["request-metadata"].checks = [{"id": "retry", "status": "WARNING"}]
+    unexpected, _ = conf.judge([parsed], [entry("auth/dpop")], False, conf.CLIENT_RUNS, "client ")
+    assert unexpected == ["client 2026-07-28: request-metadata:retry"]
+
+
+def test_client_entries_name_client_runs() -> None:
+    [parsed] = conf.parse_baseline(
+        {"client": [{"scenario": "auth/dpop", "runs": ["2026-07-28"], "reason": "r"}]}, "f.yml", "client"
+    )
+    assert parsed.runs == ["2026-07-28"]
+    with pytest.raises(conf.SetupError):  # "all" is a server run only
+        conf.parse_baseline(
+            {"client": [{"scenario": "x", "runs": ["all"], "reason": "r"}]}, "f.yml", "client"
+        )
+
+
+def test_the_repository_client_baseline_parses() -> None:
+    if not conf.installed(conf.CACHE):
+        pytest.skip("Node and the suite are not installed yet (make conformance installs them)")
+    entries = conf.load_baseline(conf.CLIENT_BASELINE, conf.CACHE, "client")
+    assert all(e.reason for e in entries)
 
 
 # -- the example server ----------------------------------------------------------------------------

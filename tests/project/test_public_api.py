@@ -61,10 +61,18 @@ SERVER_API = {
 }
 
 CLIENT_API = {
+    "AuthorizationError",
+    "Authorizer",
     "Client",
     "ConnectionClosed",
     "ElicitationHandler",
+    "FileTokenStore",
+    "HeadlessAuthorizer",
     "HttpTransport",
+    "LoopbackAuthorizer",
+    "MemoryTokenStore",
+    "OAuth",
+    "TokenStore",
     "ProgressCallback",
     "SamplingHandler",
     "Servable",
@@ -95,6 +103,7 @@ PUBLIC_MODULES = [
     "trio_mcp.cli.render",
     "trio_mcp.cli.runner",
     "trio_mcp.client",
+    "trio_mcp.client.auth",
     "trio_mcp.protocol",
     "trio_mcp.protocol.commands",
     "trio_mcp.protocol.converter",

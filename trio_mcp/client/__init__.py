@@ -1,9 +1,19 @@
 """The MCP client: one connection to a server, over any transport.
 
 >>> from trio_mcp.client import Client, connect, connect_in_memory, connect_stdio, connect_websocket
->>> from trio_mcp.client import connect_http
+>>> from trio_mcp.client import connect_http, OAuth, AuthorizationError
 """
 
+from ._auth import (
+    AuthorizationError,
+    Authorizer,
+    FileTokenStore,
+    HeadlessAuthorizer,
+    LoopbackAuthorizer,
+    MemoryTokenStore,
+    OAuth,
+    TokenStore,
+)
 from ._client import (
     Client,
     ConnectionClosed,
@@ -20,14 +30,22 @@ from ._http import HttpTransport, connect_http, open_http_transport
 from ._websocket import connect_websocket
 
 __all__ = [
+    "AuthorizationError",
+    "Authorizer",
     "Client",
     "ConnectionClosed",
     "ElicitationHandler",
+    "FileTokenStore",
+    "HeadlessAuthorizer",
     "HttpTransport",
+    "LoopbackAuthorizer",
+    "MemoryTokenStore",
+    "OAuth",
     "ProgressCallback",
     "SamplingHandler",
     "Servable",
     "StatusCallback",
+    "TokenStore",
     "connect",
     "connect_http",
     "connect_in_memory",

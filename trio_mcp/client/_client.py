@@ -17,10 +17,11 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
 
+import attrs
 import trio
 
 from ..actors._endpoint import NO_RESPONSE, ConnectionClosed, Endpoint
@@ -68,6 +69,7 @@ from ..protocol.versions import LATEST_VERSION, MODERN_VERSIONS
 from ..transports.base import Transport
 from ..transports.memory import memory_transport_pair
 from ..transports.stdio import open_subprocess_transport
+from ._headers import accept_tool
 
 __all__ = [
     "MAX_INPUT_ROUNDS",
@@ -120,8 +122,12 @@ class Client(Endpoint):
         on_sample: SamplingHandler | None = None,
         client_info: Implementation = CLIENT_INFO,
         tasks_extension: bool = True,
+        roots: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         super().__init__(transport)
+        self.roots: list[dict[str, Any]] | None = [dict(r) for r in roots] if roots is not None else None
+        """What ``roots/list`` answers (``{"uri": "file:///…", "name": …}`` each); None: no
+        ``roots`` capability. Change it with :meth:`set_roots`."""
         self.tasks_extension = tasks_extension
         """Modern era: declare the tasks extension, so the server may answer with tasks."""
         self.on_elicit = on_elicit
@@ -153,6 +159,8 @@ class Client(Endpoint):
             capabilities["elicitation"] = {"form": {}}
         if self.on_sample is not None:
             capabilities["sampling"] = {}
+        if self.roots is not None:
+            capabilities["roots"] = {"listChanged": True}
         if self.receiver is not None and (self.on_elicit or self.on_sample):
             requests: dict[str, Any] = {}
             if self.on_elicit is not None:
@@ -165,8 +173,10 @@ class Client(Endpoint):
     async def on_request(self, request: jsonrpc.Request) -> None:
         if request.method == "ping":
             await self.respond(request.id, {})
+        elif request.method == "roots/list" and self.roots is not None:
+            await self.respond(request.id, {"roots": self.roots})
         elif request.method == "elicitation/create" and self.on_elicit is not None:
-            await self._run_handler(request, ElicitRequestParams, self.on_elicit)
+            await self._run_handler(request, ElicitRequestParams, self._elicit)
         elif request.method == "sampling/createMessage" and self.on_sample is not None:
             await self._run_handler(request, CreateMessageParams, self.on_sample)
         elif request.method.startswith("tasks/") and self.receiver is not None:
@@ -175,6 +185,13 @@ class Client(Endpoint):
             await self.respond_error(
                 request.id, ErrorValue(METHOD_NOT_FOUND, f"Method not found: {request.method}")
             )
+
+    async def _elicit(self, params: ElicitRequestParams) -> ElicitResult:
+        """``on_elicit``, with the schema's defaults filled in where an accepted answer left a
+        field out (SEP-1034)."""
+        assert self.on_elicit is not None
+        result = await self.on_elicit(params)
+        return apply_elicitation_defaults(params, result)
 
     async def _run_handler(
         self, request: jsonrpc.Request, params_type: type[Any], handler: Callable[[Any], Awaitable[Any]]
@@ -296,7 +313,17 @@ class Client(Endpoint):
         settle on the modern era if the server speaks it, else fall back to ``initialize`` — on
         any answer that is not a modern one, or no answer within ``probe_timeout`` seconds."""
         if protocol in MODERN_VERSIONS:
-            await self.discover(protocol)
+            try:
+                await self.discover(protocol)
+            except McpError as exc:
+                # -32022 naming our version among those supported: retry it once, as the spec
+                # says a client retries with a supported version (the refusal may be transient)
+                supported = exc.data.get("supported") if isinstance(exc.data, dict) else None
+                if exc.code != UNSUPPORTED_PROTOCOL_VERSION or not isinstance(supported, list):
+                    raise
+                if protocol not in supported:
+                    raise
+                await self.discover(protocol)
             return
         if protocol != "auto":
             await self.initialize(protocol_version=protocol)
@@ -335,7 +362,16 @@ class Client(Endpoint):
             capabilities["elicitation"] = {"form": {}}
         if self.on_sample is not None:
             capabilities["sampling"] = {}
+        if self.roots is not None:
+            capabilities["roots"] = {}
         return capabilities
+
+    async def set_roots(self, roots: Sequence[Mapping[str, Any]]) -> None:
+        """Change the roots; in the handshake era the server is told
+        (``notifications/roots/list_changed``). Modern-era servers ask each time."""
+        self.roots = [dict(r) for r in roots]
+        if self.era == "handshake":
+            await self.send(jsonrpc.encode_notification("notifications/roots/list_changed"))
 
     def _envelope(self, params: dict[str, Any] | None, version: str | None = None) -> dict[str, Any]:
         out = dict(params or {})
@@ -366,8 +402,66 @@ class Client(Endpoint):
             )
             tools.extend(page.tools)
             if page.next_cursor is None:
-                return tools
+                return self._accept_tools(tools)
             cursor = page.next_cursor
+
+    def _accept_tools(self, tools: list[Tool]) -> list[Tool]:
+        """Over a transport that mirrors arguments into headers (Streamable HTTP, SEP-2243):
+        leave out the tools whose ``x-mcp-header`` annotations are invalid, and tell the
+        transport which arguments of the others travel as ``Mcp-Param-*`` headers."""
+        registry = getattr(self.transport, "tool_headers", None)
+        if not isinstance(registry, dict):
+            return tools
+        accepted = []
+        for tool in tools:
+            params = accept_tool(tool.name, tool.input_schema)
+            if params is not None:
+                registry[tool.name] = params
+                accepted.append(tool)
+        return accepted
+
+    # -- resources, prompts, completion --------------------------------------------------------
+    async def _all_pages(self, method: str, key: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            page = await self._call(method, {"cursor": cursor} if cursor else {})
+            items.extend(item for item in page.get(key) or [] if isinstance(item, dict))
+            cursor = page.get("nextCursor") if isinstance(page.get("nextCursor"), str) else None
+            if cursor is None:
+                return items
+
+    async def list_resources(self) -> list[dict[str, Any]]:
+        """Every resource (``resources/list``, across pages), as the server describes them."""
+        return await self._all_pages("resources/list", "resources")
+
+    async def list_resource_templates(self) -> list[dict[str, Any]]:
+        """Every resource template (``resources/templates/list``, across pages)."""
+        return await self._all_pages("resources/templates/list", "resourceTemplates")
+
+    async def read_resource(self, uri: str) -> dict[str, Any]:
+        """``resources/read``: the result, whose ``contents`` hold the resource."""
+        return await self._call("resources/read", {"uri": uri})
+
+    async def list_prompts(self) -> list[dict[str, Any]]:
+        """Every prompt (``prompts/list``, across pages)."""
+        return await self._all_pages("prompts/list", "prompts")
+
+    async def get_prompt(self, name: str, arguments: dict[str, str] | None = None) -> dict[str, Any]:
+        """``prompts/get``: the result, whose ``messages`` are the prompt."""
+        params: dict[str, Any] = {"name": name}
+        if arguments:
+            params["arguments"] = arguments
+        return await self._call("prompts/get", params)
+
+    async def complete(self, ref: dict[str, Any], argument: str, value: str) -> list[str]:
+        """``completion/complete``: the suggested values for ``argument`` of ``ref`` (a
+        ``{"type": "ref/prompt", "name": ...}`` or ``{"type": "ref/resource", "uri": ...}``)."""
+        result = await self._call(
+            "completion/complete", {"ref": ref, "argument": {"name": argument, "value": value}}
+        )
+        completion = result.get("completion") if isinstance(result.get("completion"), dict) else {}
+        return [v for v in (completion or {}).get("values") or [] if isinstance(v, str)]
 
     def _meta_for(self, on_progress: ProgressCallback | None) -> tuple[dict[str, Any] | None, int | None]:
         if on_progress is None:
@@ -444,9 +538,11 @@ class Client(Endpoint):
             method = request.get("method") if isinstance(request, dict) else None
             params = request.get("params") if isinstance(request, dict) else None
             if method == "elicitation/create" and self.on_elicit is not None:
-                answers[key] = unstructure(await self.on_elicit(structure(params, ElicitRequestParams)))
+                answers[key] = unstructure(await self._elicit(structure(params, ElicitRequestParams)))
             elif method == "sampling/createMessage" and self.on_sample is not None:
                 answers[key] = unstructure(await self.on_sample(structure(params, CreateMessageParams)))
+            elif method == "roots/list" and self.roots is not None:
+                answers[key] = {"roots": self.roots}
             else:
                 raise McpError(METHOD_NOT_FOUND, f"cannot answer the server's {method!r} request")
         return answers
@@ -561,6 +657,27 @@ class Client(Endpoint):
         )
 
 
+def apply_elicitation_defaults(params: ElicitRequestParams, result: ElicitResult) -> ElicitResult:
+    """An accepted elicitation answer with the ``default`` of every property of the requested
+    schema it leaves out (SEP-1034); other answers as they are.
+
+    >>> schema = {"type": "object", "properties": {"n": {"type": "integer", "default": 3}}}
+    >>> params = ElicitRequestParams("?", schema)
+    >>> apply_elicitation_defaults(params, ElicitResult(action="accept", content={})).content
+    {'n': 3}
+    """
+    if result.action != "accept":
+        return result
+    properties = params.requested_schema.get("properties")
+    if not isinstance(properties, dict):
+        return result
+    content = dict(result.content or {})
+    for name, schema in properties.items():
+        if name not in content and isinstance(schema, dict) and "default" in schema:
+            content[name] = schema["default"]
+    return attrs.evolve(result, content=content)
+
+
 def _declares(capabilities: dict[str, Any], *path: str) -> bool:
     node: Any = capabilities
     for key in path:
@@ -579,14 +696,18 @@ async def connect(
     on_sample: SamplingHandler | None = None,
     protocol: str = LATEST_VERSION,
     tasks_extension: bool = True,
+    roots: Sequence[Mapping[str, Any]] | None = None,
 ) -> AsyncIterator[Client]:
     """Run a client on ``transport`` (and, by default, open the conversation: see
     :meth:`Client.open` for ``protocol``, default the 2025-11-25 handshake).
 
     ``on_elicit`` / ``on_sample`` answer the server's elicitation and sampling requests;
-    the client declares those capabilities only when given a handler.
+    the client declares those capabilities only when given a handler. ``roots`` (``{"uri":
+    "file:///…", "name": …}`` each) answer ``roots/list``; without it, no ``roots`` capability.
     """
-    client = Client(transport, on_elicit=on_elicit, on_sample=on_sample, tasks_extension=tasks_extension)
+    client = Client(
+        transport, on_elicit=on_elicit, on_sample=on_sample, tasks_extension=tasks_extension, roots=roots
+    )
     with unwrap_single():
         async with trio.open_nursery() as nursery:
             if on_elicit is not None or on_sample is not None:
@@ -614,7 +735,7 @@ async def connect_stdio(command: Sequence[str], **kwargs: Any) -> AsyncIterator[
     """Spawn ``command`` as an MCP server over stdio and connect to it."""
     handlers = {
         key: kwargs.pop(key)
-        for key in ("on_elicit", "on_sample", "protocol", "tasks_extension")
+        for key in ("on_elicit", "on_sample", "protocol", "tasks_extension", "roots")
         if key in kwargs
     }
     async with (

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -33,7 +33,7 @@ import trio
 
 from ..actors.runtime import unwrap_single
 from ..protocol import jsonrpc
-from ..protocol.errors import INTERNAL_ERROR
+from ..protocol.errors import INTERNAL_ERROR, McpError
 from ..protocol.modern import PROTOCOL_VERSION_KEY, is_modern
 from ..protocol.versions import LATEST_VERSION
 from ..transports.http import (
@@ -49,7 +49,9 @@ from ..transports.http import (
     encode_header_value,
     expected_name,
 )
-from ._client import Client, ElicitationHandler, SamplingHandler, connect
+from ._auth import AuthorizationError
+from ._client import Client, ConnectionClosed, ElicitationHandler, SamplingHandler, connect
+from ._headers import HeaderParam, param_header_values
 
 __all__ = ["CONNECT_TIMEOUT", "HttpTransport", "connect_http", "open_http_transport"]
 
@@ -59,6 +61,8 @@ CONNECT_TIMEOUT = 10.0
 """Seconds to wait for a TCP (and TLS) connection to the server."""
 MAX_RESUME_ATTEMPTS = 5
 """Reconnections tried, in a row, for a dropped POST stream before its request fails."""
+GET_OPEN_TIMEOUT = 5.0
+"""Seconds the handshake waits for the session's GET stream to open."""
 DELETE_TIMEOUT = 2.0
 """Seconds ``aclose`` waits for the server to answer the session's DELETE."""
 
@@ -96,11 +100,18 @@ class HttpTransport:
         request at the HTTP level (4xx/5xx without a JSON-RPC response to it: 401, 403, 404, ...),
         else None. Such a refusal reaches the client as a JSON-RPC error; this tells a caller
         (the CLI, after a failed handshake) what it really was."""
+        self.tool_headers: dict[str, list[HeaderParam]] = {}
+        """SEP-2243: per tool, its arguments sent as ``Mcp-Param-*`` headers too (filled by
+        :meth:`~trio_mcp.client.Client.list_tools`)."""
+        self.challenge: str | None = None
+        """The ``WWW-Authenticate`` header of the last 401 or 403."""
+        self.auth_error: AuthorizationError | None = None
+        """Why the OAuth flow (``auth=``) failed, if it did."""
 
     # -- Transport ------------------------------------------------------------------------
-    async def receive(self) -> bytes:
+    async def receive(self) -> jsonrpc.Received:
         try:
-            return await self._in_recv.receive()
+            return jsonrpc.read(await self._in_recv.receive())
         except trio.ClosedResourceError:
             raise trio.EndOfChannel from None
 
@@ -132,7 +143,13 @@ class HttpTransport:
                 and not self._get_started
             ):
                 self._get_started = True
-                self._nursery.start_soon(self._get_stream)
+                # wait until the GET stream is open (or refused): what the server sends on it
+                # right after the handshake, such as a request during the first tool call,
+                # would otherwise be lost
+                opened = trio.Event()
+                self._nursery.start_soon(self._get_stream, opened)
+                with trio.move_on_after(GET_OPEN_TIMEOUT):
+                    await opened.wait()
             return
         if method == "initialize" and not modern:
             await self._post(message, headers, request_id, modern, initialize=True)
@@ -178,6 +195,8 @@ class HttpTransport:
             name = expected_name(method, params)
             if name is not None:
                 headers[HEADER_NAME] = encode_header_value(name)
+            if method == "tools/call" and name is not None and name in self.tool_headers:
+                headers.update(param_header_values(self.tool_headers[name], (params or {}).get("arguments")))
         headers["accept"] = ACCEPT_BOTH
         headers["content-type"] = JSON
         return headers
@@ -224,6 +243,9 @@ class HttpTransport:
                 await self._answer(response, request_id, modern, initialize)
         except httpx.HTTPError as exc:
             await self._fail(request_id, f"HTTP request failed: {exc!r}")
+        except AuthorizationError as exc:
+            self.auth_error = exc
+            await self._fail(request_id, f"authorization failed: {exc}")
 
     async def _answer(
         self, response: httpx.Response, request_id: jsonrpc.RequestId | None, modern: bool, initialize: bool
@@ -231,6 +253,8 @@ class HttpTransport:
         status = response.status_code
         content_type = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         self.refusal = None
+        if status in (401, 403):
+            self.challenge = response.headers.get("www-authenticate")
         if status == 202:
             return
         if status == 404 and not modern and HEADER_SESSION_ID in response.request.headers:
@@ -254,7 +278,8 @@ class HttpTransport:
                 obj = json.loads(body)
             except ValueError:
                 obj = None
-            if isinstance(obj, dict):
+            if _is_jsonrpc(obj):
+                assert isinstance(obj, dict)
                 if "error" in obj and obj.get("id") is None and request_id is not None:
                     obj["id"] = request_id  # an HTTP-level refusal of this request
                     body = json.dumps(obj).encode()
@@ -266,6 +291,8 @@ class HttpTransport:
                     self._note_version(obj)
                 await self._feed(body)
                 return
+        # Not a JSON-RPC message (an HTML page, or an OAuth error body such as
+        # {"error": "invalid_token"}): it is never handed to the session, which would answer it.
         text = body.decode("utf-8", errors="replace").strip()[:200]
         if status >= 400:
             self.refusal = (status, text)
@@ -325,21 +352,24 @@ class HttpTransport:
                     if answered:
                         return
                     last_id = new_id or last_id
-            except httpx.HTTPError:
+            except (httpx.HTTPError, AuthorizationError):
                 failures += 1
         await self._fail(request_id, "the response stream dropped and could not be resumed")
 
     # -- the GET stream -------------------------------------------------------------------
-    async def _get_stream(self) -> None:
-        """Keep the session's GET stream open: server requests and notifications."""
+    async def _get_stream(self, opened: trio.Event | None = None) -> None:
+        """Keep the session's GET stream open: server requests and notifications. Sets
+        ``opened`` once the first GET is answered (or failed)."""
         last_id: str | None = None
         failures = 0
+        opened = opened if opened is not None else trio.Event()
         while not self.closed and self.session_id is not None:
             headers = {**self._session_headers(), "accept": SSE}
             if last_id is not None:
                 headers[HEADER_LAST_EVENT_ID] = last_id
             try:
                 async with self._http.stream("GET", self.url, headers=headers) as response:
+                    opened.set()
                     if response.status_code == 405:
                         return  # the server offers no GET stream
                     if response.status_code == 404:
@@ -351,10 +381,20 @@ class HttpTransport:
                         last_id = new_id or last_id
                     else:
                         failures += 1
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, AuthorizationError) as exc:
                 log.debug("GET stream failed: %r", exc)
                 failures += 1
+            opened.set()
             await trio.sleep(self.retry * min(failures + 1, 30))
+
+
+def _is_jsonrpc(obj: Any) -> bool:
+    """A JSON-RPC 2.0 response (``result``, or an ``error`` object) or request/notification."""
+    if not isinstance(obj, dict) or obj.get("jsonrpc") != "2.0":
+        return False
+    if isinstance(obj.get("method"), str):
+        return True
+    return "result" in obj or isinstance(obj.get("error"), dict)
 
 
 def _answers(data: str, request_id: jsonrpc.RequestId) -> bool:
@@ -373,11 +413,13 @@ async def open_http_transport(
     headers: dict[str, str] | None = None,
     connect_timeout: float = CONNECT_TIMEOUT,
     verify: ssl.SSLContext | bool = True,
+    auth: httpx.Auth | None = None,
 ) -> AsyncIterator[HttpTransport]:
     """An :class:`HttpTransport` to the MCP endpoint at ``url`` (``http://`` or ``https://``).
 
     ``token`` is sent as ``Authorization: Bearer``; ``headers`` are added to every request;
-    ``verify`` is httpx's TLS verification (a context, or False to turn it off).
+    ``verify`` is httpx's TLS verification (a context, or False to turn it off); ``auth`` an
+    httpx authentication flow for every request, such as :class:`~trio_mcp.client.OAuth`.
     """
     if not url.lower().startswith(("http://", "https://")):
         raise ValueError(f"not an http:// or https:// URL: {url!r}")
@@ -386,7 +428,7 @@ async def open_http_transport(
         verify = False  # no TLS to an http:// URL (no redirects are followed): skip loading CAs
     with unwrap_single():
         async with (
-            httpx.AsyncClient(timeout=timeout, verify=verify, follow_redirects=False) as http,
+            httpx.AsyncClient(timeout=timeout, verify=verify, follow_redirects=False, auth=auth) as http,
             trio.open_nursery() as nursery,
         ):
             transport = HttpTransport(http, url, nursery, token=token, headers=headers)
@@ -403,9 +445,11 @@ async def connect_http(
     url: str,
     *,
     token: str | None = None,
+    auth: httpx.Auth | None = None,
     protocol: str = LATEST_VERSION,
     on_elicit: ElicitationHandler | None = None,
     on_sample: SamplingHandler | None = None,
+    roots: Sequence[Mapping[str, Any]] | None = None,
     headers: dict[str, str] | None = None,
     connect_timeout: float = CONNECT_TIMEOUT,
     verify: ssl.SSLContext | bool = True,
@@ -415,13 +459,49 @@ async def connect_http(
     ``protocol`` as for :func:`~trio_mcp.client.connect`: a handshake-era version (default
     2025-11-25: a session), ``"2026-07-28"`` (stateless), or ``"auto"`` (probe, then fall back).
 
+    Authorization: a static ``token`` (``Authorization: Bearer``), or ``auth``, an
+    :class:`~trio_mcp.client.OAuth` that answers the server's 401 and 403 with the OAuth 2.1
+    flow of the MCP specification (see :mod:`trio_mcp.client.auth`). A server that refuses
+    the connection with 401 or 403 all the same raises
+    :class:`~trio_mcp.client.AuthorizationError` (with its status and ``WWW-Authenticate``).
+
     >>> # async with connect_http("http://127.0.0.1:8000/mcp", protocol="2026-07-28") as client:
     >>> #     result = await client.call_tool("echo", {"text": "hi"})
     """
-    async with (
-        open_http_transport(
-            url, token=token, headers=headers, connect_timeout=connect_timeout, verify=verify
-        ) as transport,
-        connect(transport, protocol=protocol, on_elicit=on_elicit, on_sample=on_sample) as client,
-    ):
-        yield client
+    async with open_http_transport(
+        url, token=token, headers=headers, connect_timeout=connect_timeout, verify=verify, auth=auth
+    ) as transport:
+        opened = False
+        try:
+            async with connect(
+                transport, protocol=protocol, on_elicit=on_elicit, on_sample=on_sample, roots=roots
+            ) as client:
+                opened = True
+                yield client
+        except BaseException as exc:  # a group too: the transport closing cancels the client's tasks
+            if opened:
+                raise
+            refused = _refusal_error(transport)
+            if refused is None or not _holds(exc, (McpError, ConnectionClosed)):
+                raise
+            raise refused from exc
+
+
+def _holds(error: BaseException, kinds: tuple[type[BaseException], ...]) -> bool:
+    """Whether ``error``, or one exception of the group it is, is one of ``kinds``."""
+    if isinstance(error, BaseExceptionGroup):
+        return any(_holds(inner, kinds) for inner in error.exceptions)
+    return isinstance(error, kinds)
+
+
+def _refusal_error(transport: HttpTransport) -> AuthorizationError | None:
+    """What a handshake refused at the HTTP level for want of authorization really was."""
+    if transport.auth_error is not None:
+        return transport.auth_error
+    if transport.refusal is None or transport.refusal[0] not in (401, 403):
+        return None
+    status, text = transport.refusal
+    what = "needs authorization" if status == 401 else "refused the credentials (403)"
+    return AuthorizationError(
+        f"the server {what}: HTTP {status} {text}".rstrip(), status=status, challenge=transport.challenge
+    )
