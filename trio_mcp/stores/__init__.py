@@ -23,12 +23,24 @@ RedisTaskStore('redis://127.0.0.1:6379/0', prefix='app:')
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .base import DurableTaskStore, InvalidCursor, SharedTaskStore, TaskEvent, TaskStore
 from .memory import MemoryTaskStore
-from .redis import RedisTaskStore
 from .sqlite import SqliteTaskStore, StoreClosed, StoreLocked
+
+if TYPE_CHECKING:
+    from .redis import RedisTaskStore
+
+
+def __getattr__(name: str) -> Any:
+    # The Redis store loads its client library (coredis, anyio) only when it is used: a
+    # process without Redis (the CLI, a stdio server) does not pay for that import.
+    if name == "RedisTaskStore":
+        from .redis import RedisTaskStore
+
+        return RedisTaskStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "DurableTaskStore",
@@ -90,6 +102,8 @@ def store_from_url(url: str, **options: Any) -> Callable[[], TaskStore]:
     if kind == "sqlite":
         SqliteTaskStore(where, **options)  # refuses a bad option now; opens nothing
         return lambda: SqliteTaskStore(where, **options)
+    from .redis import RedisTaskStore
+
     RedisTaskStore(where, **options)  # refuses a bad URL or option now; connects to nothing
     return lambda: RedisTaskStore(where, **options)
 
