@@ -274,3 +274,40 @@ async def test_a_cancel_is_answered_once_stored_a_second_as_already_ended(
         assert ended.status == TaskStatus.CANCELLED and not already
         assert (await second.wait()) == (ended, True)  # the second found it ended
         nursery.cancel_scope.cancel()
+
+
+class DurableFlakyStore(FlakyStore):
+    """A FlakyStore whose records outlive a process (a DurableTaskStore)."""
+
+    async def unfinished(self, limit: int) -> list[TaskRecord]:
+        await trio.lowlevel.checkpoint()
+        left = [r for r in self.inner._rows.values() if not r.is_terminal]
+        return left[:limit]
+
+
+async def test_start_up_fails_what_a_dead_process_left_through_the_writer_retrying_until_stored(
+    autojump_clock: Any,
+) -> None:
+    from trio_mcp.actors.supervisor import PROCESS_GONE, SWEEP_BATCH, TaskSupervisor
+
+    import time
+
+    store = DurableFlakyStore()
+    left = [  # more than one batch, none due to expire yet
+        new_record(f"t-{n}", "alice", now=time.time(), ttl_ms=3_600_000, poll_interval_ms=None)
+        for n in range(SWEEP_BATCH + 3)
+    ]
+    for record in left:
+        store.inner.create_now(record)
+    for record in left[:3]:
+        store.failures[record.task_id] = 4  # the store refuses their ends a while
+    supervisor = TaskSupervisor(store=store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)  # started only once every one is stored failed
+        stored = [store.inner.peek(record.task_id) for record in left]
+        nursery.cancel_scope.cancel()
+    assert {record.status for record in stored if record is not None} == {TaskStatus.FAILED}
+    assert [record.version if record else None for record in stored] == [r.version + 1 for r in left]
+    assert stored[0] is not None and PROCESS_GONE.message in str(stored[0].outcome)
+    assert [task_id for task_id, _, _ in store.updates].count(left[0].task_id) == 1  # once stored
+    assert store.failures[left[0].task_id] == 0  # after the four refusals

@@ -140,6 +140,8 @@ class StoreWriter:
         self._lease_seconds = lease_seconds
         self._wall_clock = wall_clock
         self._lanes: dict[str, _Lane] = {}
+        self._running = 0  # lanes with a write under way
+        self._settled: trio.Event | None = None
         self._nursery: trio.Nursery | None = None
 
     @property
@@ -150,7 +152,13 @@ class StoreWriter:
     @property
     def pending(self) -> int:
         """Tasks with a write not yet stored."""
-        return sum(1 for lane in self._lanes.values() if lane.running)
+        return self._running
+
+    async def settled(self) -> None:
+        """Wait until every write asked for so far is stored (each is retried until it is)."""
+        while self._running:
+            self._settled = trio.Event()
+            await self._settled.wait()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Write until cancelled (``nursery.start(writer.run)``)."""
@@ -170,8 +178,7 @@ class StoreWriter:
             done(*context, None)
             return
         lane = self._lanes[record.task_id] = _Lane(record.task_id, record.version - 1)
-        lane.running = True
-        self._spawn(self._create, lane, record, partial(done, *context))
+        self._start(lane, self._create, lane, record, partial(done, *context))
 
     def update(self, record: TaskRecord) -> None:
         """Store a change of a task (in order after its earlier ones)."""
@@ -189,8 +196,7 @@ class StoreWriter:
             return  # the store's record ended, or is being deleted: nothing to write
         lane.want = record
         if not lane.running:
-            lane.running = True
-            self._spawn(self._drain, lane)
+            self._start(lane, self._drain, lane)
 
     def delete(self, task_id: str, done: Callable[[TaskRecord | None], None] | None = None) -> None:
         """Delete a task's record (after any write under way); ``done(removed)`` once deleted."""
@@ -207,8 +213,7 @@ class StoreWriter:
         lane.want = None
         lane.on_deleted = done
         if not lane.running:
-            lane.running = True
-            self._spawn(self._drain, lane)
+            self._start(lane, self._drain, lane)
 
     def forget(self, task_id: str) -> None:
         """The runtime is done with this task: drop what is kept for it, unless a write of it
@@ -229,13 +234,17 @@ class StoreWriter:
             self._on_stored(record)
 
     # -- the writing tasks -------------------------------------------------------------------
-    def _spawn(self, function: Callable[..., Awaitable[None]], *args: object) -> None:
+    def _start(self, lane: _Lane, function: Callable[..., Awaitable[None]], *args: object) -> None:
+        """Run ``lane``'s writes in a Trio task of their own (``function(*args)``)."""
         if self._nursery is None:
             raise RuntimeError("the store writer is not running")
+        lane.running = True
+        self._running += 1
         try:
             self._nursery.start_soon(function, *args)
         except RuntimeError:  # the writer has stopped (the server is stopping): nothing is written
             log.debug("task store writer stopped: a write was not made")
+            self._ended(lane)
 
     async def _call(self, call: Callable[[], Awaitable[T]], seconds: float) -> tuple[bool, T | None]:
         """(True, value), or (False, None) if it raised or took over ``seconds``: in doubt."""
@@ -294,6 +303,9 @@ class StoreWriter:
 
     def _ended(self, lane: _Lane) -> None:
         lane.running = False
+        self._running -= 1
+        if not self._running and self._settled is not None:
+            self._settled.set()
         if lane.done or lane.ended:
             if self._lanes.get(lane.task_id) is lane:
                 del self._lanes[lane.task_id]

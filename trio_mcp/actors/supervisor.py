@@ -995,25 +995,20 @@ class TaskSupervisor(Actor[SupervisorMessage]):
     async def _recover(self, store: DurableTaskStore) -> None:
         """Fail the tasks a previous process left unfinished in a durable store: their work
         cannot be resumed. The store is this process's alone (it holds it while open), so
-        every unfinished record it holds was left by a process that is gone. Each is written
-        as the writer writes, tried again until stored."""
+        every unfinished record it holds was left by a process that is gone. Each end goes
+        through the store writer like any other (tried again until stored), a batch at a time."""
         outcome = TaskOutcome.from_error(PROCESS_GONE)
+        writer = self._writer
         failed = 0
         while True:
             records = await store.unfinished(SWEEP_BATCH)
             if not records:
                 break
             for record in records:
-                ended = record.settle(outcome, now=self.wall_clock())
-                backoff = self._writer.policy.backoff()
-                while True:
-                    try:
-                        await self._read(functools.partial(store.update, ended))
-                        break
-                    except Exception as exc:
-                        log.error("task store failed to fail task %s: %r", record.task_id, exc, exc_info=exc)
-                        await backoff.wait()
-                failed += 1
+                writer.update(record.settle(outcome, now=self.wall_clock()))
+                writer.forget(record.task_id)
+            await writer.settled()
+            failed += len(records)
         if failed:
             log.warning("%d task(s) left running by a stopped server process are now failed", failed)
 
