@@ -1164,6 +1164,14 @@ async def test_cli_targets_and_serve_option(url: str) -> None:
     assert both.exit_code == 2 and "cannot be combined" in both.output
     bad = CliRunner().invoke(cli, ["serve", "x.py", "--http", "nope"])
     assert bad.exit_code == 2 and "--http" in bad.output
+    no_http = CliRunner().invoke(cli, ["serve", "x.py", "--tls-cert", __file__])
+    assert no_http.exit_code == 2 and "only apply with --http" in no_http.output
+    key_only = CliRunner().invoke(cli, ["serve", "x.py", "--http", ":0", "--tls-key", __file__])
+    assert key_only.exit_code == 2 and "--tls-key needs --tls-cert" in key_only.output
+    short = CliRunner().invoke(cli, ["serve", "x.py", "--state-key", "short"])
+    assert short.exit_code == 2 and "--state-key" in short.output
+    from_env = CliRunner().invoke(cli, ["serve", "x.py"], env={"TRIO_MCP_STATE_KEY": "short"})
+    assert from_env.exit_code == 2 and "--state-key" in from_env.output
 
 
 # ----------------------------------------------------------------------------- docs/http.md

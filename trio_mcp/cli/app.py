@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import ssl
 import sys
 import textwrap
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -215,10 +216,14 @@ def _execute(body: Callable[[Interrupts], Awaitable[int]]) -> NoReturn:
 
 def _store_error(exc: BaseException) -> CliError | None:
     """A task store that cannot be served from this process: its SQLite file is in use by
-    another server process (exit 3, its one-line message). None for anything else."""
+    another server process, or it cannot be opened at all (``StartupError``): exit 3, its
+    one-line message. None for anything else."""
     sqlite = sys.modules.get("trio_mcp.stores.sqlite")  # imported if a store could raise it
+    server = sys.modules.get("trio_mcp.server._server")
     leaf = unwrap(exc)
-    if sqlite is not None and isinstance(leaf, sqlite.StoreLocked):
+    if (sqlite is not None and isinstance(leaf, sqlite.StoreLocked)) or (
+        server is not None and isinstance(leaf, server.StartupError)
+    ):
         return CliError(ExitCode.CONNECTION, str(leaf))
     return None
 
@@ -337,6 +342,35 @@ def cli() -> None:
     "processes) [env: TRIO_MCP_STORE].",
 )
 @click.option(
+    "--tls-cert",
+    metavar="PEM",
+    type=click.Path(exists=True, dir_okay=False),
+    help="With --http: serve HTTPS with this certificate chain (PEM); --tls-key gives its key.",
+)
+@click.option(
+    "--tls-key",
+    metavar="PEM",
+    type=click.Path(exists=True, dir_okay=False),
+    help="With --tls-cert: the private key (PEM), if not in the certificate file.",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --http: on SIGTERM/SIGINT, how long requests in flight may run on before they are "
+    'answered -32603 "server shutting down" (new requests get 503 + Retry-After meanwhile).',
+)
+@click.option(
+    "--state-key",
+    envvar="TRIO_MCP_STATE_KEY",
+    metavar="KEY",
+    help="The secret that seals 2026-07-28 requestState (multi round-trip input): give every "
+    "process behind one load balancer the same one (at least 16 bytes; e.g. `openssl rand -hex 32`). "
+    "Default: a random key per process [env: TRIO_MCP_STATE_KEY].",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="warning",
@@ -352,6 +386,10 @@ def serve(
     token: str | None,
     origins: tuple[str, ...],
     store: str,
+    tls_cert: str | None,
+    tls_key: str | None,
+    grace: float,
+    state_key: str | None,
     log_level: str,
 ) -> None:
     """Serve the trio_mcp.Server object SERVER over stdio (default) or WebSocket.
@@ -360,7 +398,9 @@ def serve(
     FILE.py:OBJECT; OBJECT defaults to `server`. Logs go to stderr; stdout carries only MCP
     messages. SIGINT (Ctrl-C) or SIGTERM shuts down cleanly: running tasks are cancelled and
     the command exits 0; a second signal during the shutdown stops it at once (exit 130, or
-    143 if the first was SIGTERM). Over stdio it also exits 0 when stdin closes.
+    143 if the first was SIGTERM). Over stdio it also exits 0 when stdin closes. Over --http
+    the stop is graceful: no new connections, new requests get 503 + Retry-After, requests in
+    flight get --grace seconds, then -32603 "server shutting down".
 
     \b
     Examples:
@@ -381,6 +421,13 @@ def serve(
     listen = ws if ws is not None else http
     if listen is None and (origins or (token and token_given)):
         raise click.UsageError("--token and --allow-origin only apply with --ws or --http HOST:PORT")
+    if (tls_cert is not None or tls_key is not None) and http is None:
+        raise click.UsageError("--tls-cert and --tls-key only apply with --http HOST:PORT")
+    if tls_key is not None and tls_cert is None:
+        raise click.UsageError("--tls-key needs --tls-cert")
+    key = state_key.encode("utf-8") if state_key else None
+    if key is not None and len(key) < 16:
+        raise click.BadParameter("the key needs at least 16 bytes", param_hint="'--state-key'")
     address: tuple[str, int] | None = None
     if listen is not None:
         from ..transports.websocket import parse_host_port
@@ -398,7 +445,12 @@ def serve(
             raise SystemExit(int(exc.code)) from None
         if store != "memory":
             server.store_factory = store_factory
-        _serve(server, address, token, origins, over_http=http is not None)
+        if key is not None:
+            from ..protocol.request_state import StateCodec
+
+            server.state_codec = StateCodec(key)
+        http_options = {"tls_cert": tls_cert, "tls_key": tls_key, "grace": grace}
+        _serve(server, address, token, origins, over_http=http is not None, http_options=http_options)
 
 
 @contextlib.contextmanager
@@ -425,12 +477,20 @@ def _serve(
     origins: tuple[str, ...],
     *,
     over_http: bool = False,
+    http_options: dict[str, Any] | None = None,
 ) -> None:
 
     async def body(interrupts: Interrupts) -> int:
         async with server.open() as runtime, trio.open_nursery() as nursery:
+            listening = trio.CancelScope()
+            stopped = trio.Event()
 
             async def shut_down() -> None:
+                if over_http:
+                    # serve_http stops gracefully when cancelled: no new requests (503), those
+                    # in flight get --grace seconds, then -32603; it returns when done.
+                    listening.cancel()
+                    await stopped.wait()
                 await runtime.shutdown()  # waiting requests answered, then everything cancelled
                 nursery.cancel_scope.cancel()
 
@@ -447,7 +507,20 @@ def _serve(
                         await runtime.serve(transport)
                     log.info("stdin closed: shutting down")
                 else:
-                    await _serve_ws(runtime, address, token, origins, over_http=over_http)
+                    try:
+                        with listening:
+                            await _serve_ws(
+                                runtime,
+                                address,
+                                token,
+                                origins,
+                                over_http=over_http,
+                                http_options=http_options,
+                            )
+                    finally:
+                        stopped.set()
+                    if listening.cancel_called:
+                        return  # shut_down goes on
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(serve)
@@ -463,14 +536,17 @@ async def _serve_ws(
     origins: tuple[str, ...],
     *,
     over_http: bool = False,
+    http_options: dict[str, Any] | None = None,
 ) -> None:
     from ..server import serve_http, serve_websocket
     from ..transports.security import DEFAULT_ALLOWED_ORIGINS, static_token
 
     host, port = address
     serve_fn: Callable[..., Awaitable[object]] = serve_websocket
+    extra: dict[str, Any] = {}
     if over_http:
         serve_fn = serve_http
+        extra = {name: value for name, value in (http_options or {}).items() if value is not None}
     server = runtime.server
     serve = functools.partial(
         serve_fn,
@@ -479,6 +555,7 @@ async def _serve_ws(
         port,
         allowed_origins=origins or DEFAULT_ALLOWED_ORIGINS,
         authenticate=static_token(token) if token else None,
+        **extra,
     )
     err = stderr_console()
     async with trio.open_nursery() as nursery:
@@ -486,6 +563,8 @@ async def _serve_ws(
             bound = await nursery.start(serve)
         except Exception as exc:  # arrives wrapped in the runtime's nursery's ExceptionGroup
             leaf = unwrap(exc)
+            if isinstance(leaf, ssl.SSLError):
+                raise usage_error(f"cannot use --tls-cert/--tls-key: {leaf}") from None
             if isinstance(leaf, OSError):
                 raise CliError(
                     ExitCode.CONNECTION,
@@ -502,7 +581,12 @@ async def _serve_ws(
                 "Serving ",
                 (server.info.name, "bold"),
                 f" {server.info.version} ({count} tool{'s' if count != 1 else ''}) on ",
-                (f"http://{literal}:{bound}/mcp" if over_http else f"ws://{literal}:{bound}/", "bold cyan"),
+                (
+                    f"{'https' if extra.get('tls_cert') else 'http'}://{literal}:{bound}/mcp"
+                    if over_http
+                    else f"ws://{literal}:{bound}/",
+                    "bold cyan",
+                ),
             )
         )
         if token:

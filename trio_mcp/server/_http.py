@@ -1,7 +1,8 @@
 """Serving MCP over Streamable HTTP, both protocol eras on one endpoint.
 
 :func:`mcp_asgi_app` is an ASGI 3 application for any Trio ASGI server; :func:`serve_http` runs
-it under hypercorn's Trio worker. The pure rules (headers, SSE framing, Host checks) live in
+it on our own HTTP/1.1 server (:mod:`trio_mcp.transports.h11_server`, h11 on Trio), with TLS,
+connection limits and a graceful stop. The pure rules (headers, SSE framing, Host checks) live in
 :mod:`trio_mcp.transports.http`; the user guide is ``docs/http.md``.
 
 Each POST is routed by era: a ``MCP-Protocol-Version`` header naming a modern version, or a
@@ -65,13 +66,28 @@ from ..protocol.errors import (
 )
 from ..protocol.modern import PROTOCOL_VERSION_KEY, is_modern
 from ..protocol.versions import HANDSHAKE_VERSIONS, MODERN_VERSIONS
+from ..transports.h11_server import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_KEEPALIVE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+    DEFAULT_MAX_HEADER_SIZE,
+    H11Server,
+    listener_addresses,
+)
 from ..transports.http import (
     DEFAULT_ALLOWED_HOSTS,
     DEFAULT_EVENT_BUFFER,
+    DEFAULT_EVENT_BUFFER_BYTES,
+    DEFAULT_GRACE,
+    DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_KEEPALIVE_INTERVAL,
     DEFAULT_MAX_BODY_SIZE,
+    DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_SESSIONS_PER_CLIENT,
     DEFAULT_RETRY_MS,
     HEADER_LAST_EVENT_ID,
     HEADER_METHOD,
@@ -129,6 +145,12 @@ INBOUND_SIZE = 64
 """Messages queued for a handshake-era session actor before POSTs wait (backpressure)."""
 GET_STREAM = "g"
 CANCELLED = "notifications/cancelled"
+INITIALIZED = "notifications/initialized"
+PRESSURE_IDLE = 10.0
+"""Seconds a handshake-era session must have gone unused before ``max_sessions`` lets a new
+session take its place (sessions that never finished their handshake go at once)."""
+SHUTDOWN_WRITE_GRACE = 2.0
+"""Seconds :meth:`McpHttpApp.shutdown` gives the -32603 answers to be written."""
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -308,11 +330,22 @@ async def _cancel_on_disconnect(
 
 # -- handshake-era sessions -----------------------------------------------------------------
 class _Event:
-    __slots__ = ("data", "seq")
+    __slots__ = ("data", "gone", "seq")
 
     def __init__(self, seq: int, data: bytes) -> None:
         self.seq = seq
         self.data = data
+        self.gone = False  # dropped from the replay buffer
+
+
+class _ReplayBudget:
+    """Bytes of SSE events kept for replay by all of an app's sessions, and its limit."""
+
+    __slots__ = ("limit", "total")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.total = 0
 
 
 class _Stream:
@@ -354,14 +387,37 @@ class _Session:
     """A 2025-11-25 session: the :class:`~trio_mcp.transports.base.Transport` its actor runs
     on (fed by POST bodies; what it sends is routed to the session's SSE streams)."""
 
-    def __init__(self, session_id: str, identity: str | None, buffer_size: int) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        identity: str | None,
+        buffer_size: int,
+        *,
+        client: str = "",
+        buffer_bytes: int = DEFAULT_EVENT_BUFFER_BYTES,
+        budget: _ReplayBudget | None = None,
+        relieve: Callable[[], None] | None = None,
+    ) -> None:
         self.id = session_id
         self.identity = identity
+        self.client = client
+        """Whom the session counts under for the per-client limit: identity, else address."""
+        self.initialized = False
+        """``notifications/initialized`` arrived: the handshake is over."""
+        self.created = trio.current_time()
         self._in_send, self._in_recv = trio.open_memory_channel[bytes](INBOUND_SIZE)
         self.seq = 0
         self.streams: dict[str, _Stream] = {GET_STREAM: _Stream(GET_STREAM)}
-        self._order: collections.deque[_Stream] = collections.deque()
+        self._order: collections.deque[tuple[_Stream, _Event]] = collections.deque()
+        self._delivered: collections.deque[tuple[_Stream, _Event]] = collections.deque()
         self._buffer_size = buffer_size
+        self._buffer_bytes = buffer_bytes
+        self._budget = budget if budget is not None else _ReplayBudget(buffer_bytes)
+        self._relieve = relieve
+        self.count = 0
+        """Events kept for replay."""
+        self.bytes = 0
+        """Bytes of the events kept for replay."""
         self._by_request: dict[jsonrpc.RequestId, _Stream | _Waiter] = {}
         self._by_token: dict[Any, _Stream] = {}
         self._numbers = itertools.count(1)
@@ -385,9 +441,9 @@ class _Session:
             self.last_seen = trio.current_time()
 
     # -- the Transport the session actor runs on --------------------------------------------
-    async def receive(self) -> bytes:
+    async def receive(self) -> jsonrpc.Received:
         try:
-            return await self._in_recv.receive()
+            return jsonrpc.read(await self._in_recv.receive())
         except trio.ClosedResourceError:
             raise trio.EndOfChannel from None
 
@@ -486,13 +542,62 @@ class _Session:
 
     def _append(self, stream: _Stream, data: bytes) -> None:
         self.seq += 1
-        stream.events.append(_Event(self.seq, data))
-        self._order.append(stream)
-        while len(self._order) > self._buffer_size:
-            old = self._order.popleft()
-            old.events.popleft()
-            self._forget_if_done(old)
+        event = _Event(self.seq, data)
+        stream.events.append(event)
+        self._order.append((stream, event))
+        self.count += 1
+        self.bytes += len(data)
+        self._budget.total += len(data)
+        while (self.count > self._buffer_size or self.bytes > self._buffer_bytes) and self.count > 1:
+            if not self.drop_one(delivered_only=False):
+                break
+        if self._budget.total > self._budget.limit and self._relieve is not None:
+            self._relieve()
         stream.wake()
+
+    def delivered(self, stream: _Stream, events: Iterable[_Event]) -> None:
+        """``events`` of ``stream`` were written to the client: the first to drop from the buffer."""
+        for event in events:
+            if not event.gone:
+                self._delivered.append((stream, event))
+
+    def drop_one(self, *, delivered_only: bool) -> bool:
+        """Drop one event from the replay buffer: the oldest already written to the client,
+        else (unless ``delivered_only``) the oldest. False if there is none."""
+        queues = (self._delivered,) if delivered_only else (self._delivered, self._order)
+        for queue in queues:
+            while queue:
+                stream, event = queue.popleft()
+                if event.gone:
+                    continue
+                event.gone = True
+                if stream.events and stream.events[0] is event:
+                    stream.events.popleft()
+                else:
+                    stream.events.remove(event)
+                self.count -= 1
+                self.bytes -= len(event.data)
+                self._budget.total -= len(event.data)
+                self._forget_if_done(stream)
+                self._compact()
+                return True
+        return False
+
+    def _compact(self) -> None:
+        """Drop entries of events already gone, once they are most of a queue (amortized O(1))."""
+        for queue in (self._order, self._delivered):
+            if len(queue) > 2 * self.count + 64:
+                live = [entry for entry in queue if not entry[1].gone]
+                queue.clear()
+                queue.extend(live)
+
+    def release(self) -> None:
+        """The session left the app: its buffered events (and any it buffers from now on) no
+        longer count toward the app's total (idempotent)."""
+        self._budget.total -= self.bytes
+        self._budget = _ReplayBudget(self._buffer_bytes)
+        self._budget.total = self.bytes
+        self._relieve = None
 
     def _forget_if_done(self, stream: _Stream) -> None:
         if stream.key != GET_STREAM and stream.finished and not stream.events and stream.consumer is None:
@@ -525,13 +630,19 @@ class McpHttpApp:
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
         keepalive_interval: float = DEFAULT_KEEPALIVE_INTERVAL,
+        event_buffer_bytes: int = DEFAULT_EVENT_BUFFER_BYTES,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        max_sessions_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT,
+        handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
     ) -> None:
         if not path.startswith("/"):
             raise ValueError("path must start with '/'")
         if max_body_size < 1 or event_buffer < 1 or max_sessions < 1:
             raise ValueError("max_body_size, event_buffer and max_sessions must be at least 1")
-        if not (idle_timeout > 0 and keepalive_interval > 0 and retry_ms >= 0):
-            raise ValueError("idle_timeout and keepalive_interval must be positive, retry_ms >= 0")
+        if not (idle_timeout > 0 and keepalive_interval > 0 and handshake_timeout > 0 and retry_ms >= 0):
+            raise ValueError("timeouts and intervals must be positive, retry_ms >= 0")
+        if min(event_buffer_bytes, max_event_bytes, max_sessions_per_client) < 1:
+            raise ValueError("event_buffer_bytes, max_event_bytes, max_sessions_per_client must be >= 1")
         self.server_or_runtime = server_or_runtime
         self.path = path.rstrip("/") or "/"
         self._origin_allowed = origin_check(allowed_origins)
@@ -547,9 +658,20 @@ class McpHttpApp:
         self.idle_timeout = idle_timeout
         self.max_sessions = max_sessions
         self.keepalive_interval = keepalive_interval
+        self.event_buffer_bytes = event_buffer_bytes
+        self.max_sessions_per_client = max_sessions_per_client
+        self.handshake_timeout = handshake_timeout
         self.runtime: ServerRuntime | None = None
         self._nursery: trio.Nursery | None = None
         self.sessions: dict[str, _Session] = {}
+        self.replay = _ReplayBudget(max_event_bytes)
+        """Bytes of SSE events all sessions keep for replay (``replay.total``) and the limit."""
+        self._per_client: dict[str, int] = {}
+        self.draining = False
+        """Set by :meth:`shutdown`: new requests get 503 + ``Retry-After``."""
+        self._working = 0  # POSTs being served
+        self._quiet: trio.Event | None = None  # set when _working drops to 0, for shutdown
+        self._oneshots: set[_OneShot] = set()
 
     # -- running ----------------------------------------------------------------------------
     @asynccontextmanager
@@ -567,6 +689,8 @@ class McpHttpApp:
                 for session in list(self.sessions.values()):
                     session.end()
                 self.sessions.clear()
+                self._per_client.clear()
+                self.replay.total = 0
                 nursery.cancel_scope.cancel()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> NoReturn:
@@ -576,8 +700,46 @@ class McpHttpApp:
             await trio.sleep_forever()
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def shutdown(self, grace: float = DEFAULT_GRACE) -> None:
+        """Stop serving cleanly (call it before leaving :meth:`running`).
+
+        New requests are answered 503 with ``Retry-After`` (and ``Connection: close``) from
+        now on. POSTs in progress get ``grace`` seconds to finish; then every request still
+        waiting is answered -32603 "server shutting down" (its work cancelled) and given
+        :data:`SHUTDOWN_WRITE_GRACE` seconds to be written. Then every session ends: its SSE
+        streams end cleanly (the body's end is written) and its tasks go as at ``DELETE``.
+        """
+        self.draining = True
+        await self._until_quiet(grace)
+        runtime = self.runtime
+        if runtime is not None and self._working:
+            ours: set[object] = set(self.sessions.values()) | self._oneshots
+            for actor in list(runtime.sessions):
+                if actor.transport in ours:
+                    actor.shutdown()
+            await self._until_quiet(SHUTDOWN_WRITE_GRACE)
+        for session in list(self.sessions.values()):
+            session.close()
+        with trio.move_on_after(1):  # the streams woken by close() write their end
+            while any(  # noqa: ASYNC110 - bounded, once, at the end
+                stream.consumer is not None
+                for session in self.sessions.values()
+                for stream in session.streams.values()
+            ):
+                await trio.sleep(0.01)
+        for session in list(self.sessions.values()):
+            self._end(session)
+
+    async def _until_quiet(self, seconds: float) -> None:
+        """Wait until no POST is in progress, for at most ``seconds``."""
+        with trio.move_on_after(seconds):
+            while self._working:
+                self._quiet = trio.Event()
+                await self._quiet.wait()
+        self._quiet = None
+
     async def _expire_idle(self) -> None:
-        interval = max(0.01, min(60.0, self.idle_timeout / 4))
+        interval = max(0.01, min(60.0, self.idle_timeout / 4, self.handshake_timeout / 2))
         while True:
             await trio.sleep(interval)
             now = trio.current_time()
@@ -587,11 +749,36 @@ class McpHttpApp:
                         "HTTP session %s... expired after %.0f s idle", session.id[:6], self.idle_timeout
                     )
                     self._end(session)
+                elif not session.initialized and now - session.created >= self.handshake_timeout:
+                    log.info("HTTP session %s... ended: no notifications/initialized", session.id[:6])
+                    self._end(session)
+
+    def _relieve_replay(self) -> None:
+        """All sessions together keep too many bytes for replay: drop events already written
+        (in every session), then the oldest of the session that holds the most."""
+        budget = self.replay
+        for session in list(self.sessions.values()):
+            while budget.total > budget.limit and session.drop_one(delivered_only=True):
+                pass
+        while budget.total > budget.limit and self.sessions:
+            largest = max(self.sessions.values(), key=lambda session: session.bytes)
+            if largest.count <= 1 or not largest.drop_one(delivered_only=False):
+                break
 
     def _end(self, session: _Session) -> None:
         if self.sessions.get(session.id) is session:
             del self.sessions[session.id]
+            self._forget(session)
         session.end()
+
+    def _forget(self, session: _Session) -> None:
+        """``session`` left :attr:`sessions`: it no longer counts toward its client's limit."""
+        left = self._per_client.get(session.client, 0) - 1
+        if left > 0:
+            self._per_client[session.client] = left
+        else:
+            self._per_client.pop(session.client, None)
+        session.release()
 
     async def _run_session(self, session: _Session, owner: str | None, client: str | None) -> None:
         assert self.runtime is not None
@@ -600,6 +787,8 @@ class McpHttpApp:
         finally:
             if self.sessions.get(session.id) is session:
                 del self.sessions[session.id]
+                self._forget(session)
+            session.release()  # what it buffered since it left ``sessions``
             session.close()
             session.ended.set()
 
@@ -645,6 +834,14 @@ class McpHttpApp:
         await send({"type": "lifespan.shutdown.complete"})
 
     async def _handle(self, exchange: _Exchange) -> None:
+        if self.draining:
+            await exchange.error(
+                503,
+                "Service unavailable: the server is shutting down",
+                code=INTERNAL_ERROR,
+                headers=[("retry-after", "1"), ("connection", "close")],
+            )
+            return
         host = exchange.headers.get("host", [])
         if len(host) != 1 or not self._host_allowed(host[0]):
             log.info("refused HTTP request with Host %r", host)
@@ -748,12 +945,23 @@ class McpHttpApp:
 
     # -- POST -------------------------------------------------------------------------------
     async def _post(self, exchange: _Exchange, body: bytes, identity: str | None) -> None:
+        self._working += 1
+        try:
+            await self._post_message(exchange, body, identity)
+        finally:
+            self._working -= 1
+            if not self._working and self._quiet is not None:
+                self._quiet.set()
+
+    async def _post_message(self, exchange: _Exchange, body: bytes, identity: str | None) -> None:
         if not _accepts_post(tuple(exchange.headers.get("accept", ()))):
-            await exchange.error(406, f"Not acceptable: the Accept header must list {JSON} and {SSE}")
+            await exchange.error(
+                406, f"Not acceptable: the Accept header must list {JSON} and {SSE}", id=_id_of(body)
+            )
             return
         content_type = (exchange.header("content-type") or "").split(";", 1)[0].strip().lower()
         if content_type != JSON:
-            await exchange.error(415, f"Unsupported media type: send {JSON}")
+            await exchange.error(415, f"Unsupported media type: send {JSON}", id=_id_of(body))
             return
         try:
             message = jsonrpc.parse(body)
@@ -820,7 +1028,8 @@ class McpHttpApp:
         ``Mcp-Param-NAME`` header too; when the argument is present the header must be there,
         well formed (base64 form included) and equal to the argument's value."""
         assert self.runtime is not None
-        entry = self.runtime.server.tools.get(params.get("name", ""))
+        name = params.get("name")
+        entry = self.runtime.server.tools.get(name) if isinstance(name, str) else None
         properties = entry.tool.input_schema.get("properties") if entry is not None else None
         if not isinstance(properties, dict):
             return None
@@ -864,18 +1073,24 @@ class McpHttpApp:
             await exchange.error(400, error.message, code=error.code, id=message.id, data=error.data)
             return
         owner = identity_owner(identity) if identity is not None else ANONYMOUS_OWNER
+        peer = _peer(exchange) if identity is None else None
+        client = f"address:{peer}" if peer is not None else None  # anonymous: counted per address
         transport = _OneShot(body)
         runtime = self.runtime
         assert runtime is not None
 
         async def serve() -> None:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(functools.partial(runtime.serve, transport, owner=owner))
+                nursery.start_soon(functools.partial(runtime.serve, transport, owner=owner, client=client))
                 await self._answer_modern(exchange, transport)
                 nursery.cancel_scope.cancel()
 
-        if not await _until_disconnect(exchange, serve, self._nursery):
-            log.debug("modern request %r cancelled: the client closed its response", message.id)
+        self._oneshots.add(transport)
+        try:
+            if not await _until_disconnect(exchange, serve, self._nursery):
+                log.debug("modern request %r cancelled: the client closed its response", message.id)
+        finally:
+            self._oneshots.discard(transport)
 
     async def _answer_modern(self, exchange: _Exchange, transport: _OneShot) -> None:
         try:
@@ -921,15 +1136,19 @@ class McpHttpApp:
             )
         return None
 
-    async def _session_of(self, exchange: _Exchange, identity: str | None) -> _Session | None:
+    async def _session_of(
+        self, exchange: _Exchange, identity: str | None, request_id: jsonrpc.RequestId | None = None
+    ) -> _Session | None:
         """The request's session, or None after answering 400 (no header) / 404 (unknown)."""
         values = exchange.headers.get(HEADER_SESSION_ID, [])
         if not values:
-            await exchange.error(400, "Bad request: missing Mcp-Session-Id header (send initialize first)")
+            await exchange.error(
+                400, "Bad request: missing Mcp-Session-Id header (send initialize first)", id=request_id
+            )
             return None
         session = self.sessions.get(values[0].strip()) if len(values) == 1 else None
         if session is None or session.closed or session.identity != identity:
-            await exchange.error(404, "Session not found")
+            await exchange.error(404, "Session not found", id=request_id)
             return None
         return session
 
@@ -957,15 +1176,18 @@ class McpHttpApp:
                 )
                 return
         else:
-            found = await self._session_of(exchange, identity)
+            found = await self._session_of(exchange, identity, request_id)
             if found is None:
                 return
             session = found
         with session.in_use():
             if not isinstance(message, jsonrpc.Request):
                 if await session.feed(body):
-                    if isinstance(message, jsonrpc.Notification) and message.method == CANCELLED:
-                        session.withdraw((message.params or {}).get("requestId"))
+                    if isinstance(message, jsonrpc.Notification):
+                        if message.method == CANCELLED:
+                            session.withdraw((message.params or {}).get("requestId"))
+                        elif message.method == INITIALIZED:
+                            session.initialized = True
                     await exchange.respond(202)
                 else:
                     await exchange.error(404, "Session not found")
@@ -977,16 +1199,62 @@ class McpHttpApp:
 
     def _new_session(self, identity: str | None, peer: str | None) -> _Session | None:
         """A 2025-11-25 session. Without an identity it owns its tasks, and they count under
-        the peer's address for the per-client limits (every session is an owner of its own)."""
+        the peer's address for the per-client limits (every session is an owner of its own).
+
+        None when there is no room: at :attr:`max_sessions_per_client` the client's own unused
+        sessions make room (one that never finished its handshake first, then the one unused
+        the longest); at :attr:`max_sessions` anyone's unused session does, if it has been
+        unused for :data:`PRESSURE_IDLE` seconds or never finished its handshake."""
+        client = f"identity:{identity}" if identity is not None else f"address:{peer or '?'}"
+        if self._per_client.get(client, 0) >= self.max_sessions_per_client:
+            victim = self._evictable(client, 0.0)
+            if victim is None:
+                return None
+            log.info("HTTP session %s... ended: its client opened too many", victim.id[:6])
+            self._end(victim)
         if len(self.sessions) >= self.max_sessions:
-            return None
+            victim = self._evictable(None, PRESSURE_IDLE)
+            if victim is None:
+                return None
+            log.info("HTTP session %s... ended to make room (unused, or handshake unfinished)", victim.id[:6])
+            self._end(victim)
         assert self._nursery is not None
-        session = _Session(secrets.token_urlsafe(32), identity, self.event_buffer)
+        session = _Session(
+            secrets.token_urlsafe(32),
+            identity,
+            self.event_buffer,
+            client=client,
+            buffer_bytes=self.event_buffer_bytes,
+            budget=self.replay,
+            relieve=self._relieve_replay,
+        )
         self.sessions[session.id] = session
+        self._per_client[client] = self._per_client.get(client, 0) + 1
         owner = identity_owner(identity) if identity is not None else None
-        client = f"address:{peer}" if owner is None and peer is not None else None
-        self._nursery.start_soon(self._run_session, session, owner, client)
+        count_under = client if owner is None and peer is not None else None
+        self._nursery.start_soon(self._run_session, session, owner, count_under)
         return session
+
+    def _evictable(self, client: str | None, idle: float) -> _Session | None:
+        """The session to end for room: of ``client`` (None: anyone's), with no HTTP request in
+        progress; one whose handshake never finished first, else the one unused the longest
+        if that is at least ``idle`` seconds."""
+        now = trio.current_time()
+        unfinished: _Session | None = None
+        oldest: _Session | None = None
+        for session in self.sessions.values():
+            if session.active or (client is not None and session.client != client):
+                continue
+            if not session.initialized:
+                if unfinished is None or session.created < unfinished.created:
+                    unfinished = session
+            elif oldest is None or session.last_seen < oldest.last_seen:
+                oldest = session
+        if unfinished is not None:
+            return unfinished
+        if oldest is not None and now - oldest.last_seen >= idle:
+            return oldest
+        return None
 
     async def _post_json(
         self, exchange: _Exchange, session: _Session, body: bytes, request: jsonrpc.Request, creating: bool
@@ -1045,6 +1313,7 @@ class McpHttpApp:
                     return
                 priming = sse_event("", id=format_event_id(stream.key, after), retry=self.retry_ms)
                 pending = [priming]
+                written: list[_Event] = []
                 cursor = after
 
                 async def drain() -> trio.Event | None:
@@ -1057,6 +1326,8 @@ class McpHttpApp:
                         for event in stream.after(cursor):
                             pending.append(sse_event(event.data, id=format_event_id(stream.key, event.seq)))
                             cursor = event.seq
+                            if event.seq > stream.sent_upto:
+                                written.append(event)
                         over = (stream.finished and stream.key != GET_STREAM) or session.closed
                         if not pending:
                             return None if over else changed
@@ -1065,6 +1336,9 @@ class McpHttpApp:
                         if not await (exchange.end(data) if over else exchange.write(data)):
                             return None
                         stream.sent_upto = max(stream.sent_upto, cursor)
+                        if written:
+                            session.delivered(stream, written)
+                            written.clear()
                         if over:
                             return None
 
@@ -1130,6 +1404,17 @@ class McpHttpApp:
         await exchange.respond(200)
 
 
+def _id_of(body: bytes) -> jsonrpc.RequestId | None:
+    """The id of the request in ``body`` if it has a valid one (for an error answered before
+    the body is parsed as JSON-RPC), else None."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    found = message.get("id") if isinstance(message, dict) else None
+    return found if isinstance(found, int | str) and not isinstance(found, bool) else None
+
+
 def _classify(data: bytes) -> tuple[str, int | None]:
     """("response", error code or None) / ("request", None) / ("notification", None)."""
     try:
@@ -1153,10 +1438,10 @@ class _OneShot:
         self._answered = trio.Event()
         self.out_send, self.out_recv = trio.open_memory_channel[bytes](64)
 
-    async def receive(self) -> bytes:
+    async def receive(self) -> jsonrpc.Received:
         if self._request is not None:
             request, self._request = self._request, None
-            return request
+            return jsonrpc.read(request)
         await self._answered.wait()
         raise trio.EndOfChannel
 
@@ -1193,6 +1478,10 @@ def mcp_asgi_app(
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
     max_sessions: int = DEFAULT_MAX_SESSIONS,
     keepalive_interval: float = DEFAULT_KEEPALIVE_INTERVAL,
+    event_buffer_bytes: int = DEFAULT_EVENT_BUFFER_BYTES,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    max_sessions_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT,
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
 ) -> McpHttpApp:
     """The MCP endpoint at ``path`` as an ASGI application, serving both protocol eras.
 
@@ -1212,9 +1501,13 @@ def mcp_asgi_app(
     ``required_scopes``; ``resource_url`` is the public URL of
     the endpoint, default taken from the request's ``Host``), ``max_body_size`` (else **413**).
 
-    Limits: ``event_buffer`` SSE events kept per session for replay, ``retry_ms`` sent to
-    clients, ``idle_timeout`` seconds before an unused session ends, ``max_sessions`` at once
-    (else **503**), ``keepalive_interval`` seconds between SSE comments on quiet streams.
+    Limits: ``event_buffer`` SSE events and ``event_buffer_bytes`` bytes kept per session for
+    replay, ``max_event_bytes`` by all sessions together (events already written to the client
+    are dropped first), ``retry_ms`` sent to clients, ``idle_timeout`` seconds before an unused
+    session ends, ``handshake_timeout`` seconds from ``initialize`` to
+    ``notifications/initialized``, ``max_sessions`` at once and ``max_sessions_per_client`` of
+    one client (its identity, else its address; past either, unused sessions make room, else
+    **503**), ``keepalive_interval`` seconds between SSE comments on quiet streams.
     """
     return McpHttpApp(
         server_or_runtime,
@@ -1231,18 +1524,21 @@ def mcp_asgi_app(
         idle_timeout=idle_timeout,
         max_sessions=max_sessions,
         keepalive_interval=keepalive_interval,
+        event_buffer_bytes=event_buffer_bytes,
+        max_event_bytes=max_event_bytes,
+        max_sessions_per_client=max_sessions_per_client,
+        handshake_timeout=handshake_timeout,
     )
 
 
 _AUTO: Any = object()
 
 
-def _bind(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
-
-
-def _port_of(bind: str) -> int:
-    return int(bind.rstrip("/").rpartition(":")[2])
+def _tls_context(cert: str, key: str | None) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    context.set_alpn_protocols(["http/1.1"])
+    return context
 
 
 async def serve_http(
@@ -1263,26 +1559,53 @@ async def serve_http(
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
     max_sessions: int = DEFAULT_MAX_SESSIONS,
     keepalive_interval: float = DEFAULT_KEEPALIVE_INTERVAL,
+    event_buffer_bytes: int = DEFAULT_EVENT_BUFFER_BYTES,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    max_sessions_per_client: int = DEFAULT_MAX_SESSIONS_PER_CLIENT,
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
     certfile: str | None = None,
     keyfile: str | None = None,
+    grace: float = DEFAULT_GRACE,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    max_connections_per_address: int = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
+    connection_idle_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT,
+    max_header_size: int = DEFAULT_MAX_HEADER_SIZE,
     backlog: int = 1024,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
-) -> NoReturn:
-    """Serve MCP over Streamable HTTP at ``http://host:port/path`` until cancelled (hypercorn,
-    Trio worker). ``port = await nursery.start(serve_http, server)`` reports the bound port
-    (``port=0``, the default, picks a free one).
+) -> None:
+    """Serve MCP over Streamable HTTP at ``http://host:port/path`` until cancelled, on our own
+    HTTP/1.1 server (:class:`~trio_mcp.transports.h11_server.H11Server`, h11 on Trio).
+    ``port = await nursery.start(serve_http, server)`` reports the bound port (``port=0``, the
+    default, picks a free one).
 
     Arguments as for :func:`mcp_asgi_app`, except ``allowed_hosts``, whose default depends on
     ``host``: bound to a loopback address, the loopback names (any port); otherwise no Host
-    check (list your public names). ``certfile``/``keyfile`` serve HTTPS. ``backlog``: the
-    listening socket's queue of connections not yet accepted (1024; hypercorn's own default,
-    100, resets connections of a burst of clients connecting at once).
-    """
-    from hypercorn.config import Config
-    from hypercorn.trio import serve
+    check (list your public names). ``tls_cert``/``tls_key`` (PEM files; ``certfile``/``keyfile``
+    are older names for them) serve HTTPS.
 
+    The connection limits are the server's (see :mod:`trio_mcp.transports.h11_server`):
+    ``max_connections`` at once and ``max_connections_per_address`` from one address (behind a
+    reverse proxy, raise it to ``max_connections``), ``header_timeout`` and ``body_timeout``
+    (else 408), ``connection_idle_timeout`` between keep-alive requests, ``max_header_size``
+    (else 431); ``max_body_size`` is enforced by both (413). ``backlog``: the listening
+    socket's queue of connections not yet accepted.
+
+    **Stopping.** When cancelled it stops gracefully, shielded from the cancellation for at
+    most ``grace`` + a few seconds: it stops accepting, answers new requests on open
+    connections 503 with ``Retry-After``, lets requests in progress finish for ``grace``
+    seconds, then answers those still waiting -32603 "server shutting down", ends the SSE
+    streams cleanly and closes every connection (:meth:`McpHttpApp.shutdown`).
+    """
     if allowed_hosts is _AUTO:
         allowed_hosts = DEFAULT_ALLOWED_HOSTS if is_loopback(host) else None
+    if grace < 0:
+        raise ValueError("grace must be >= 0")
+    cert = tls_cert if tls_cert is not None else certfile
+    key = tls_key if tls_key is not None else keyfile
     app = McpHttpApp(
         server_or_runtime,
         path=path,
@@ -1298,25 +1621,52 @@ async def serve_http(
         idle_timeout=idle_timeout,
         max_sessions=max_sessions,
         keepalive_interval=keepalive_interval,
+        event_buffer_bytes=event_buffer_bytes,
+        max_event_bytes=max_event_bytes,
+        max_sessions_per_client=max_sessions_per_client,
+        handshake_timeout=handshake_timeout,
     )
-    config = Config()
-    config.bind = [_bind(host, port)]
-    config.accesslog = None
-    config.errorlog = logging.getLogger("trio_mcp.http.hypercorn")
-    config.graceful_timeout = 1.0
-    config.backlog = backlog
-    if certfile is not None:
-        config.certfile = certfile
-        config.keyfile = keyfile
-    if ssl.HAS_ALPN:
-        config.alpn_protocols = ["h2", "http/1.1"]
-    async with app.running(), trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(serve, app, config)
-        bound = _port_of(binds[0])
-        log.info("serving MCP over HTTP on %s (path %s)", binds[0], path)
+    http = H11Server(
+        app,
+        ssl_context=_tls_context(cert, key) if cert is not None else None,
+        max_connections=max_connections,
+        max_connections_per_address=max_connections_per_address,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+        keepalive_timeout=connection_idle_timeout,
+        max_header_size=max_header_size,
+        max_body_size=max_body_size,
+    )
+    listeners = await trio.open_tcp_listeners(port, host=host, backlog=backlog)
+    bound = listener_addresses(listeners)[0][1]
+    stopping = trio.Event()
+
+    async def run(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        # Shielded: the caller's cancellation only sets ``stopping``, and the drain below runs
+        # within its own deadline.
+        with trio.CancelScope(shield=True) as shielded:
+            async with app.running(), trio.open_nursery() as nursery:
+                await nursery.start(http.serve, listeners)
+                task_status.started()
+                await stopping.wait()
+                shielded.deadline = trio.current_time() + grace + SHUTDOWN_WRITE_GRACE + 3
+                log.info("HTTP server stopping: %d request(s) in progress", http.in_progress)
+                http.drain()
+                await app.shutdown(grace)
+                http.close()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(run)
+        log.info("serving MCP over HTTP%s on %s (path %s)", "S" if cert else "", _bind(host, bound), path)
         task_status.started(bound)
-        await trio.sleep_forever()
-    raise AssertionError("unreachable")  # pragma: no cover
+        try:
+            await trio.sleep_forever()
+        finally:
+            stopping.set()
+
+
+def _bind(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
 register_listener("http", serve_http, "http://{host}:{port}/mcp")

@@ -39,10 +39,15 @@ __all__ = [
     "ACCEPT_BOTH",
     "DEFAULT_ALLOWED_HOSTS",
     "DEFAULT_EVENT_BUFFER",
+    "DEFAULT_EVENT_BUFFER_BYTES",
+    "DEFAULT_GRACE",
+    "DEFAULT_HANDSHAKE_TIMEOUT",
     "DEFAULT_IDLE_TIMEOUT",
     "DEFAULT_KEEPALIVE_INTERVAL",
     "DEFAULT_MAX_BODY_SIZE",
+    "DEFAULT_MAX_EVENT_BYTES",
     "DEFAULT_MAX_SESSIONS",
+    "DEFAULT_MAX_SESSIONS_PER_CLIENT",
     "DEFAULT_RETRY_MS",
     "HEADER_LAST_EVENT_ID",
     "HEADER_METHOD",
@@ -84,12 +89,27 @@ DEFAULT_MAX_BODY_SIZE = 4 * 1024 * 1024
 """Largest request body accepted (bytes); larger is refused with 413."""
 DEFAULT_EVENT_BUFFER = 1000
 """SSE events a handshake-era session keeps for replay (``Last-Event-ID``), over all its streams."""
+DEFAULT_EVENT_BUFFER_BYTES = 8 * 1024 * 1024
+"""Bytes of SSE events a handshake-era session keeps for replay; past it events already
+written to the client are dropped first, then the oldest."""
+DEFAULT_MAX_EVENT_BYTES = 256 * 1024 * 1024
+"""Bytes of SSE events kept for replay by all sessions together; past it events already
+written are dropped first (in every session), then the oldest of the session holding most."""
 DEFAULT_RETRY_MS = 1000
 """The ``retry`` (milliseconds) sent first on every SSE stream: how long a client waits to reconnect."""
 DEFAULT_IDLE_TIMEOUT = 30 * 60.0
 """Seconds a handshake-era session may go without any HTTP request before it is ended."""
 DEFAULT_MAX_SESSIONS = 1000
 """Handshake-era sessions open at once; ``initialize`` past that is refused with 503."""
+DEFAULT_MAX_SESSIONS_PER_CLIENT = 100
+"""Handshake-era sessions of one client (its authenticated identity, else its address) at once:
+past it the client's own unused sessions are ended first, else its ``initialize`` gets 503."""
+DEFAULT_HANDSHAKE_TIMEOUT = 30.0
+"""Seconds a handshake-era session may take from ``initialize`` to ``notifications/initialized``
+before it is ended."""
+DEFAULT_GRACE = 10.0
+"""Seconds ``serve_http`` lets requests in flight finish when it stops, before they are
+answered -32603 "server shutting down"."""
 DEFAULT_KEEPALIVE_INTERVAL = 15.0
 """Seconds between SSE comment lines on a quiet stream (keeps proxies from timing it out)."""
 
