@@ -101,7 +101,7 @@ async def test_a_stateless_call_is_answered_without_a_connection_actor() -> None
     server = make_server(seen)
     sent: list[bytes] = []
     async with server.open() as runtime:
-        answer = await runtime.serve_one(call(1, "echo", {"text": "hi"}), owner="alice", send=sent.append)
+        answer, _ = await runtime.serve_one(call(1, "echo", {"text": "hi"}), owner="alice", send=sent.append)
         assert not runtime.sessions  # no session actor was built
     message = json.loads(answer)
     assert message["id"] == 1
@@ -116,7 +116,7 @@ async def test_notifications_go_to_send_in_order_before_the_answer() -> None:
     server = make_server(Seen())
     sent: list[dict[str, Any]] = []
     async with server.open() as runtime:
-        answer = await runtime.serve_one(
+        answer, _ = await runtime.serve_one(
             call(7, "counted", {"steps": 3}, progress="p"),
             owner="alice",
             send=lambda data: sent.append(json.loads(data)) is None,
@@ -134,7 +134,7 @@ async def test_bad_input_is_an_error_answer_with_the_request_id() -> None:
         not_modern = jsonrpc.Request(4, "tools/list", {})
         unknown = jsonrpc.Request(5, "resources/read", {"uri": "x://y", "_meta": envelope()})
         answers = [
-            json.loads(await runtime.serve_one(message, owner="alice", send=lambda _: True))
+            json.loads((await runtime.serve_one(message, owner="alice", send=lambda _: True))[0])
             for message in (wrong_name, not_modern, unknown)
         ]
     assert [(a["id"], a["error"]["code"]) for a in answers] == [(3, -32602), (4, -32600), (5, -32601)]
@@ -167,14 +167,16 @@ async def test_a_call_past_the_window_is_shown_as_a_task_and_can_be_polled(
     server = make_server(seen)
     async with server.open() as runtime:
         created = json.loads(
-            await runtime.serve_one(call(10, "sleepy", {}, tasks=True), owner="alice", send=lambda _: True)
+            (await runtime.serve_one(call(10, "sleepy", {}, tasks=True), owner="alice", send=lambda _: True))[
+                0
+            ]
         )
         assert created["result"]["resultType"] == "task"
         task_id = created["result"]["taskId"]
         get = jsonrpc.Request(11, "tasks/get", {"taskId": task_id, "_meta": envelope(tasks=True)})
-        polled = json.loads(await runtime.serve_one(get, owner="alice", send=lambda _: True))
+        polled = json.loads((await runtime.serve_one(get, owner="alice", send=lambda _: True))[0])
         assert polled["result"]["status"] == "working"
-        stranger = json.loads(await runtime.serve_one(get, owner="mallory", send=lambda _: True))
+        stranger = json.loads((await runtime.serve_one(get, owner="mallory", send=lambda _: True))[0])
         assert stranger["error"]["code"] == -32602  # another owner's task is not found
         cancel = jsonrpc.Request(12, "tasks/cancel", {"taskId": task_id, "_meta": envelope(tasks=True)})
         await runtime.serve_one(cancel, owner="alice", send=lambda _: True)
@@ -192,13 +194,15 @@ async def test_shutdown_answers_the_requests_being_served(autojump_clock: trio.t
             message = jsonrpc.Request(
                 13, "tools/call", {"name": "sleepy", "arguments": {}, "_meta": envelope()}
             )
-            answers.append(json.loads(await runtime.serve_one(message, owner="alice", send=lambda _: True)))
+            answers.append(
+                json.loads((await runtime.serve_one(message, owner="alice", send=lambda _: True))[0])
+            )
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(serve)
             await seen.started.wait()
             await runtime.shutdown(grace=0.1)
-        late = await runtime.serve_one(call(14, "echo", {"text": "x"}), owner="alice", send=lambda _: True)
+        late, _ = await runtime.serve_one(call(14, "echo", {"text": "x"}), owner="alice", send=lambda _: True)
     assert [(a["id"], a["error"]["message"]) for a in answers] == [(13, SHUTTING_DOWN_MESSAGE)]
     assert json.loads(late)["error"]["message"] == SHUTTING_DOWN_MESSAGE
     assert seen.cancelled.is_set()

@@ -270,8 +270,6 @@ class Endpoint:
                 message = await self._receive()
             except (trio.EndOfChannel, trio.BrokenResourceError, trio.ClosedResourceError):
                 return
-            if isinstance(message, bytes):  # TRANSITIONAL: a transport not yet handing on parsed messages
-                message = jsonrpc.read(message)
             if self._tracer is not None:
                 self._tracer("message.in", {"connection": self.name, "data": _traced(message)})
             if isinstance(message, jsonrpc.Request):

@@ -140,8 +140,9 @@ class Stateless:
 
     async def serve_one(
         self, message: jsonrpc.Request, *, owner: str, client: str | None = None, send: Send
-    ) -> bytes:
-        """Serve one modern-era request in the caller's Trio task; its encoded answer.
+    ) -> tuple[bytes, int | None]:
+        """Serve one modern-era request in the caller's Trio task: its encoded answer, and the
+        JSON-RPC error code that answer carries (None for a result).
 
         ``owner`` is the identity its tasks belong to (e.g. the authenticated subject, or one
         owner for every anonymous caller), ``client`` whom they count under for the
@@ -154,7 +155,7 @@ class Stateless:
         if isinstance(refused, ErrorValue):
             request.answered(refused.code)
             request.written()
-            return _encoded(message.id, refused)
+            return _encoded(message.id, refused), refused.code
         command, scope, handler = refused
         serving = request.serving = serving_of(command, modern=True)
         exchange = _Exchange(self, owner, client, send)
@@ -174,7 +175,7 @@ class Stateless:
                 data, error = _encoded(message.id, SHUTTING_DOWN), SHUTTING_DOWN.code
             request.answered(error)
             request.written()  # handed to the caller: the answer's transport
-            return data
+            return data, error
         finally:
             current_request.reset(token)
             exchange.closed = True

@@ -142,6 +142,9 @@ MODERN_STATUS = {
 """HTTP status of a modern-era JSON answer that is this JSON-RPC error (else 200)."""
 
 INBOUND_SIZE = 64
+MODERN_NOTIFICATION_BUFFER = 256
+"""Notifications of one 2026-07-28 request waiting to be written; past it they are dropped
+(MCP allows it), so a client that does not read holds no more than this."""
 """Messages queued for a handshake-era session actor before POSTs wait (backpressure)."""
 GET_STREAM = "g"
 CANCELLED = "notifications/cancelled"
@@ -405,7 +408,7 @@ class _Session:
         self.initialized = False
         """``notifications/initialized`` arrived: the handshake is over."""
         self.created = trio.current_time()
-        self._in_send, self._in_recv = trio.open_memory_channel[bytes](INBOUND_SIZE)
+        self._in_send, self._in_recv = trio.open_memory_channel[jsonrpc.Message](INBOUND_SIZE)
         self.seq = 0
         self.streams: dict[str, _Stream] = {GET_STREAM: _Stream(GET_STREAM)}
         self._order: collections.deque[tuple[_Stream, _Event]] = collections.deque()
@@ -443,7 +446,7 @@ class _Session:
     # -- the Transport the session actor runs on --------------------------------------------
     async def receive(self) -> jsonrpc.Received:
         try:
-            return jsonrpc.read(await self._in_recv.receive())
+            return await self._in_recv.receive()
         except trio.ClosedResourceError:
             raise trio.EndOfChannel from None
 
@@ -469,10 +472,10 @@ class _Session:
         for stream in self.streams.values():
             stream.wake()
 
-    async def feed(self, data: bytes) -> bool:
-        """Give the actor one message; False if the session has ended."""
+    async def feed(self, message: jsonrpc.Message) -> bool:
+        """Give the actor one message (parsed once, by the app); False if the session has ended."""
         try:
-            await self._in_send.send(data)
+            await self._in_send.send(message)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             return False
         return True
@@ -671,7 +674,6 @@ class McpHttpApp:
         """Set by :meth:`shutdown`: new requests get 503 + ``Retry-After``."""
         self._working = 0  # POSTs being served
         self._quiet: trio.Event | None = None  # set when _working drops to 0, for shutdown
-        self._oneshots: set[_OneShot] = set()
 
     # -- running ----------------------------------------------------------------------------
     @asynccontextmanager
@@ -713,10 +715,11 @@ class McpHttpApp:
         await self._until_quiet(grace)
         runtime = self.runtime
         if runtime is not None and self._working:
-            ours: set[object] = set(self.sessions.values()) | self._oneshots
+            ours: set[object] = set(self.sessions.values())
             for actor in list(runtime.sessions):
                 if actor.transport in ours:
                     actor.shutdown()
+            runtime.stateless.shutdown()  # the 2026-07-28 requests being served
             await self._until_quiet(SHUTDOWN_WRITE_GRACE)
         for session in list(self.sessions.values()):
             session.close()
@@ -972,9 +975,9 @@ class McpHttpApp:
         version = exchange.header(HEADER_PROTOCOL_VERSION)
         params = message.params if isinstance(message, jsonrpc.Request | jsonrpc.Notification) else None
         if version in MODERN_VERSIONS or is_modern(params):
-            await self._modern_post(exchange, body, message, identity)
+            await self._modern_post(exchange, message, identity)
         else:
-            await self._handshake_post(exchange, body, message, identity)
+            await self._handshake_post(exchange, message, identity)
 
     # -- the modern era ---------------------------------------------------------------------
     def _header_error(self, exchange: _Exchange, request: jsonrpc.Request) -> ErrorValue | None:
@@ -1059,9 +1062,10 @@ class McpHttpApp:
                 )
         return None
 
-    async def _modern_post(
-        self, exchange: _Exchange, body: bytes, message: jsonrpc.Message, identity: str | None
-    ) -> None:
+    async def _modern_post(self, exchange: _Exchange, message: jsonrpc.Message, identity: str | None) -> None:
+        """A 2026-07-28 POST: served by the runtime's ``serve_one`` in this request's own Trio
+        task, without a session actor. The answer goes out as ``application/json`` unless a
+        notification (progress, a log message, a listen stream) comes first: then as SSE."""
         if isinstance(message, jsonrpc.Notification):
             await exchange.respond(202)  # nothing to act on: cancelling is closing the response
             return
@@ -1075,57 +1079,59 @@ class McpHttpApp:
         owner = identity_owner(identity) if identity is not None else ANONYMOUS_OWNER
         peer = _peer(exchange) if identity is None else None
         client = f"address:{peer}" if peer is not None else None  # anonymous: counted per address
-        transport = _OneShot(body)
         runtime = self.runtime
         assert runtime is not None
+        out_send, out_recv = trio.open_memory_channel[bytes](MODERN_NOTIFICATION_BUFFER)
+
+        def send(data: bytes) -> bool:
+            try:
+                out_send.send_nowait(data)
+            except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+                return False  # the client reads too slowly: a notification may be dropped
+            return True
+
+        answer: list[tuple[bytes, int | None]] = []
 
         async def serve() -> None:
+            with out_send:
+                answer.append(await runtime.serve_one(message, owner=owner, client=client, send=send))
+
+        async def both() -> None:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(functools.partial(runtime.serve, transport, owner=owner, client=client))
-                await self._answer_modern(exchange, transport)
-                nursery.cancel_scope.cancel()
+                nursery.start_soon(serve)
+                await self._answer_modern(exchange, out_recv, answer)
 
-        self._oneshots.add(transport)
-        try:
-            if not await _until_disconnect(exchange, serve, self._nursery):
-                log.debug("modern request %r cancelled: the client closed its response", message.id)
-        finally:
-            self._oneshots.discard(transport)
+        if not await _until_disconnect(exchange, both, self._nursery):
+            log.debug("modern request %r cancelled: the client closed its response", message.id)
 
-    async def _answer_modern(self, exchange: _Exchange, transport: _OneShot) -> None:
+    async def _answer_modern(
+        self,
+        exchange: _Exchange,
+        notifications: trio.MemoryReceiveChannel[bytes],
+        answer: list[tuple[bytes, int | None]],
+    ) -> None:
+        """Write the answer: JSON if it is all there is, else the notifications as SSE events
+        as they come, the answer last."""
         try:
-            first = await transport.out_recv.receive()
-        except trio.EndOfChannel:
-            await exchange.error(500, "Internal error: no response", code=INTERNAL_ERROR)
-            return
-        kind, code = _classify(first)
-        if kind == "response":
+            first = await notifications.receive()
+        except trio.EndOfChannel:  # served, with nothing before the answer
+            data, code = answer[0]
             status = MODERN_STATUS.get(code, 200) if code is not None else 200
-            await exchange.respond(status, first, content_type=JSON)
+            await exchange.respond(status, data, content_type=JSON)
             return
-        if not await exchange.start_sse():
+        if not await exchange.start_sse() or not await exchange.write(sse_event(first)):
             return
-        data = first
         while True:
-            if _classify(data)[0] == "response":
-                await exchange.end(sse_event(data))  # the last event and the end: one send
-                return
-            if not await exchange.write(sse_event(data)):
-                return
             following: bytes | None = None
-            ended = False
-            while following is None and not ended:
-                with trio.move_on_after(self.keepalive_interval):
-                    try:
-                        following = await transport.out_recv.receive()
-                    except trio.EndOfChannel:
-                        ended = True
-                if following is None and not ended and not await exchange.write(sse_comment()):
+            with trio.move_on_after(self.keepalive_interval):
+                try:
+                    following = await notifications.receive()
+                except trio.EndOfChannel:
+                    await exchange.end(sse_event(answer[0][0]))  # the last event and the end: one send
                     return
-            if following is None:
-                break  # the session ended without a response (it crashed): end the stream
-            data = following
-        await exchange.end()
+            part = sse_event(following) if following is not None else sse_comment()
+            if not await exchange.write(part):
+                return
 
     # -- the handshake era ------------------------------------------------------------------
     def _version_error(self, exchange: _Exchange) -> str | None:
@@ -1153,7 +1159,7 @@ class McpHttpApp:
         return session
 
     async def _handshake_post(
-        self, exchange: _Exchange, body: bytes, message: jsonrpc.Message, identity: str | None
+        self, exchange: _Exchange, message: jsonrpc.Message, identity: str | None
     ) -> None:
         request_id = message.id if isinstance(message, jsonrpc.Request) else None
         problem = self._version_error(exchange)
@@ -1182,7 +1188,7 @@ class McpHttpApp:
             session = found
         with session.in_use():
             if not isinstance(message, jsonrpc.Request):
-                if await session.feed(body):
+                if await session.feed(message):
                     if isinstance(message, jsonrpc.Notification):
                         if message.method == CANCELLED:
                             session.withdraw((message.params or {}).get("requestId"))
@@ -1193,9 +1199,9 @@ class McpHttpApp:
                     await exchange.error(404, "Session not found")
                 return
             if message.method in STREAMING_METHODS:
-                await self._post_stream(exchange, session, body, message)
+                await self._post_stream(exchange, session, message)
             else:
-                await self._post_json(exchange, session, body, message, creating)
+                await self._post_json(exchange, session, message, creating)
 
     def _new_session(self, identity: str | None, peer: str | None) -> _Session | None:
         """A 2025-11-25 session. Without an identity it owns its tasks, and they count under
@@ -1257,10 +1263,10 @@ class McpHttpApp:
         return None
 
     async def _post_json(
-        self, exchange: _Exchange, session: _Session, body: bytes, request: jsonrpc.Request, creating: bool
+        self, exchange: _Exchange, session: _Session, request: jsonrpc.Request, creating: bool
     ) -> None:
         waiter = session.wait_json(request.id)
-        if not await session.feed(body):
+        if not await session.feed(request):
             await exchange.error(404, "Session not found")
             return
 
@@ -1286,14 +1292,12 @@ class McpHttpApp:
                 self._end(session)
         await exchange.respond(200, waiter.data, content_type=JSON, headers=headers)
 
-    async def _post_stream(
-        self, exchange: _Exchange, session: _Session, body: bytes, request: jsonrpc.Request
-    ) -> None:
+    async def _post_stream(self, exchange: _Exchange, session: _Session, request: jsonrpc.Request) -> None:
         meta = (request.params or {}).get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         stream = session.open_post_stream(request.id, token)
         start = session.seq
-        if not await session.feed(body):
+        if not await session.feed(request):
             await exchange.error(404, "Session not found")
             return
         await self._serve_stream(exchange, session, stream, start)
@@ -1428,38 +1432,6 @@ def _classify(data: bytes) -> tuple[str, int | None]:
     error = message.get("error")
     code = error.get("code") if isinstance(error, dict) else None
     return "response", code if isinstance(code, int) else None
-
-
-class _OneShot:
-    """The transport of one modern-era POST: its request in, its notifications and response out."""
-
-    def __init__(self, request: bytes) -> None:
-        self._request: bytes | None = request
-        self._answered = trio.Event()
-        self.out_send, self.out_recv = trio.open_memory_channel[bytes](64)
-
-    async def receive(self) -> jsonrpc.Received:
-        if self._request is not None:
-            request, self._request = self._request, None
-            return jsonrpc.read(request)
-        await self._answered.wait()
-        raise trio.EndOfChannel
-
-    async def send(self, message: bytes) -> None:
-        kind, _ = _classify(message)
-        if kind == "request":
-            log.warning("dropped a server request in the modern era (it has no way to the client)")
-            return
-        try:
-            await self.out_send.send(message)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
-        if kind == "response":
-            self._answered.set()
-
-    async def aclose(self) -> None:
-        self._answered.set()
-        self.out_send.close()
 
 
 def mcp_asgi_app(

@@ -19,10 +19,11 @@ import logging
 import math
 import signal
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, TypeAlias, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
 import attrs
 import trio
@@ -52,7 +53,7 @@ from ..stores.base import TaskStore
 from ..stores.memory import MemoryTaskStore
 from ..transports.base import Transport
 from ..transports.stdio import open_stdio_transport
-from ._context import Context, bind_lifespan, unbind_lifespan
+from ._context import Context, ThreadContext, bind_lifespan, unbind_lifespan
 from ._docstrings import without_parameter_sections
 from ._options import RunOptions, parse_run_args
 from ._surface import (
@@ -61,9 +62,15 @@ from ._surface import (
     RegisteredPrompt,
     RegisteredResource,
     RegisteredTemplate,
+    ResourceNotFound,
     find_context_param,
 )
 from .schema import ArgumentError, ArgumentSpec, argument_spec, jsonable
+
+if TYPE_CHECKING:
+    from opentelemetry import metrics, trace
+
+    from .telemetry import Telemetry
 
 __all__ = [
     "GC_FULL_AFTER",
@@ -73,6 +80,7 @@ __all__ = [
     "RegisteredTool",
     "Server",
     "ServerRuntime",
+    "StartupError",
     "default_store",
     "tune_gc",
 ]
@@ -80,6 +88,8 @@ __all__ = [
 log = logging.getLogger("trio_mcp")
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+ToolWrapper: TypeAlias = Callable[["RegisteredTool", Awaitable[Any], "str | None"], Awaitable[Any]]
+"""Wraps a tool's running coroutine: ``wrap(tool, running, task_id)`` returns what to await."""
 G = TypeVar("G", bound=Callable[..., Any])
 C = TypeVar("C", bound=Completer)
 
@@ -94,6 +104,8 @@ class RegisteredTool:
     """Validates and converts the arguments; None for a tool given its own ``input_schema``."""
     context_param: str | None
     immediate_response: str | None = None
+    wrappers: list[ToolWrapper] = attrs.field(factory=list, eq=False, repr=False)
+    """Wrap the tool's running coroutine (telemetry, asyncio): the server's list, shared by its tools."""
     task_support: TaskSupport = attrs.field(init=False)
     """``tool.task_support``, read once (every call asks it)."""
 
@@ -125,9 +137,12 @@ class RegisteredTool:
                 raise TypeError(f"tool '{self.name}' takes a Context: start it with its call")
             kwargs[self.context_param] = Context(call)
         try:
-            return self.fn(**kwargs)
+            running = self.fn(**kwargs)
         except Exception as exc:  # raised before it could run (a callable that is not async)
             return self.failed(exc)
+        for wrap in self.wrappers:
+            running = wrap(self, running, call.task_id if call is not None else None)
+        return running
 
     def finish(self, value: Any) -> CallToolResult:
         """The result for what the tool returned (an ``isError`` one if JSON cannot hold it)."""
@@ -248,6 +263,7 @@ class Server:
         state_key: bytes | None = None,
         max_threads: int = 8,
         lifespan: Lifespan | None = None,
+        telemetry: bool = False,
     ) -> None:
         if lifespan is not None and not callable(lifespan):
             raise TypeError(f"lifespan must be a function of the server, not {type(lifespan).__name__}")
@@ -275,6 +291,44 @@ class Server:
         """Told of every request's stages — admitted, answered, written (or dropped) — for
         telemetry; see :class:`~trio_mcp.actors._request.RequestObserver`. Set it before the
         server is opened."""
+        self.telemetry: Telemetry | None = None
+        """The OpenTelemetry instrumentation, once :meth:`instrument` made it."""
+        self._tool_wrappers: list[ToolWrapper] = []
+        self._asyncio_tools = False
+        """Whether a tool runs on asyncio: each runtime then opens an asyncio loop."""
+        self._asyncio_loop: Any = None
+        """The asyncio loop the latest runtime opened (while open), for calls outside its context."""
+        if telemetry:
+            self.instrument()
+
+    def instrument(
+        self,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+    ) -> Telemetry:
+        """Record OpenTelemetry spans and metrics for this server (see
+        :mod:`trio_mcp.server.telemetry` and ``docs/telemetry.md``): a span per request and per
+        task, named and described after the OpenTelemetry MCP semantic conventions, and
+        request and task metrics. Needs ``opentelemetry-api`` (``pip install 'trio-mcp[otel]'``);
+        without the providers, the globally configured ones are used. Call it before the server
+        is opened (``Server(..., telemetry=True)`` calls it with the global providers); calling
+        it again returns the same instrumentation.
+
+        >>> server = Server("observed")
+        >>> telemetry = server.instrument()
+        >>> server.request_observer is telemetry
+        True
+        """
+        if self.telemetry is not None:
+            return self.telemetry
+        from .telemetry import Telemetry
+
+        telemetry = Telemetry(tracer_provider, meter_provider)
+        self.telemetry = telemetry
+        self.request_observer = telemetry
+        self._tool_wrappers.append(telemetry.wrap_tool)
+        return telemetry
 
     @overload
     def tool(self, name: F, /) -> F: ...
@@ -289,6 +343,7 @@ class Server:
         task_support: TaskSupport = "optional",
         annotations: dict[str, Any] | None = None,
         immediate_response: str | None = None,
+        asyncio: bool = False,
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -300,11 +355,16 @@ class Server:
         task_support: TaskSupport = "optional",
         annotations: dict[str, Any] | None = None,
         immediate_response: str | None = None,
+        asyncio: bool = False,
     ) -> Callable[[F], F] | F:
         """Register an async function as a tool. Its ``inputSchema`` comes from its type hints;
         a parameter annotated :class:`Context` receives the call's context.
         ``immediate_response`` is text for the model while a task runs, sent as
         ``_meta["io.modelcontextprotocol/model-immediate-response"]`` of the CreateTaskResult.
+
+        ``asyncio=True`` runs an ``async def`` written for asyncio (one awaiting an asyncio
+        database driver or SDK client) on an asyncio loop inside Trio, through trio-asyncio
+        (``pip install 'trio-mcp[asyncio]'``; see :meth:`add_tool`).
 
         Use it as ``@server.tool()`` (with options) or bare, ``@server.tool``.
         """
@@ -322,6 +382,7 @@ class Server:
                 task_support=task_support,
                 annotations=annotations,
                 immediate_response=immediate_response,
+                asyncio=asyncio,
             )
             return fn
 
@@ -339,19 +400,44 @@ class Server:
         immediate_response: str | None = None,
         input_schema: dict[str, Any] | None = None,
         output_schema: dict[str, Any] | None = None,
+        asyncio: bool = False,
     ) -> RegisteredTool:
         """Register ``fn`` as a tool (see :meth:`tool`). ``input_schema`` replaces the schema
         made from the type hints and is sent exactly as given (any JSON Schema 2020-12, with
         ``$schema``, ``$defs``, composition…); the arguments then reach ``fn`` unvalidated, as
         keyword arguments. ``output_schema`` is the tool's ``outputSchema`` (its results should
         carry matching ``structuredContent``). Tools added while serving are announced with a
-        list-changed notification."""
-        if not inspect.iscoroutinefunction(fn):
-            fn = self._in_thread(fn)
+        list-changed notification.
+
+        With ``asyncio=True`` the tool is a coroutine function written for asyncio: each
+        runtime that serves such a tool opens one asyncio loop inside Trio
+        (``trio_asyncio.open_loop()``, for the runtime's life), and each call runs the tool on
+        it (``trio_asyncio.aio_as_trio``); cancelling the call or its task cancels the asyncio
+        side (it sees ``asyncio.CancelledError``). Needs the ``trio-asyncio`` package
+        (``pip install 'trio-mcp[asyncio]'``); a server without such a tool never imports it.
+        A :class:`Context` it takes is Trio's: await its methods through
+        ``trio_asyncio.trio_as_aio`` (``await trio_as_aio(ctx.report_progress)(1, 2)``).
+
+        >>> import asyncio
+        >>> server = Server("aio")
+        >>> @server.tool(asyncio=True)
+        ... async def pause(seconds: float) -> str:
+        ...     await asyncio.sleep(seconds)  # any asyncio library: a driver, an SDK client
+        ...     return "rested"
+        """
+        if asyncio:
+            if not inspect.iscoroutinefunction(fn):
+                raise TypeError(
+                    f"tool {fn.__qualname__}: asyncio=True is for an async def written for asyncio"
+                )
+            fn = self._on_asyncio(fn)
+        if inspect.iscoroutinefunction(fn):
+            context_param = find_context_param(fn)
+        else:
+            fn, context_param = self._in_thread(fn)
         tool_name = name or fn.__name__
         if tool_name in self.tools:
             raise ValueError(f"a tool named {tool_name!r} is already registered")
-        context_param = find_context_param(fn)
         spec = (
             argument_spec(fn, skip=(context_param,) if context_param else ())
             if input_schema is None
@@ -373,27 +459,56 @@ class Server:
             annotations=annotations,
             execution=ToolExecution(task_support=task_support),
         )
-        registered = RegisteredTool(tool, fn, spec, context_param, immediate_response)
+        registered = RegisteredTool(tool, fn, spec, context_param, immediate_response, self._tool_wrappers)
         self.tools[tool_name] = registered
         self.notify_list_changed("tools")
         return registered
 
-    def _in_thread(self, sync: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
-        """A plain function as a tool: it runs in a worker thread, at most ``max_threads`` at
-        once. Cancelling the call (``tasks/cancel``, ``notifications/cancelled``) ends the task
-        or request at once; the thread cannot be interrupted, so it is abandoned and its result
-        discarded when it returns. Long sync tools should check a flag of their own."""
+    def _in_thread(self, sync: Callable[..., Any]) -> tuple[Callable[..., Awaitable[Any]], str | None]:
+        """A plain function as a tool, and the parameter it takes its :class:`ThreadContext`
+        by: it runs in a worker thread, at most ``max_threads`` at once. Cancelling the call
+        (``tasks/cancel``, ``notifications/cancelled``) ends the task or request at once; the
+        thread cannot be interrupted, so it is abandoned and its result discarded when it
+        returns. A long tool notices through its context (:attr:`ThreadContext.cancelled`)."""
         if find_context_param(sync) is not None:
-            raise TypeError(f"tool {sync.__qualname__}: only async tools can take a Context")
+            raise TypeError(
+                f"tool {sync.__qualname__}: a plain (def) tool takes a ThreadContext, not a Context "
+                f"(annotate the parameter ThreadContext: its methods work from the tool's thread)"
+            )
+        context_param = find_context_param(sync, ThreadContext)
         limiter = self._threads
 
         @functools.wraps(sync)
         async def run_in_thread(**kwargs: Any) -> Any:
-            return await trio.to_thread.run_sync(
-                functools.partial(sync, **kwargs), abandon_on_cancel=True, limiter=limiter
-            )
+            cancelled = threading.Event()
+            if context_param is not None:
+                kwargs[context_param] = ThreadContext(kwargs[context_param], cancelled)
+            try:
+                return await trio.to_thread.run_sync(
+                    functools.partial(sync, **kwargs), abandon_on_cancel=True, limiter=limiter
+                )
+            except BaseException:
+                cancelled.set()  # the call is over: the abandoned thread's work is not wanted
+                raise
 
-        return run_in_thread
+        return run_in_thread, context_param
+
+    def _on_asyncio(self, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        """An asyncio coroutine function as a Trio one, run on the runtime's asyncio loop."""
+        self._asyncio_tools = True
+
+        @functools.wraps(fn)
+        async def on_asyncio(**kwargs: Any) -> Any:
+            import trio_asyncio  # type: ignore[import-untyped]
+
+            loop = trio_asyncio.current_loop.get() or self._asyncio_loop
+            if loop is None:
+                raise RuntimeError(
+                    f"tool {fn.__qualname__} runs on asyncio: no runtime of this server opened a loop"
+                )
+            return await trio_asyncio.aio_as_trio(fn, loop=loop)(**kwargs)
+
+        return on_asyncio
 
     def remove_tool(self, name: str) -> None:
         """Stop offering a tool (clients are told its list changed)."""
@@ -411,8 +526,10 @@ class Server:
         mime_type: str | None = None,
     ) -> Callable[[G], G]:
         """Register a resource at ``uri``, or at every URI matching a template when ``uri``
-        holds ``{variables}`` (each one a parameter of the function). The function returns
-        ``str`` (text), ``bytes`` (a blob) or contents dicts.
+        holds ``{variables}`` (each one a parameter of the function; a template whose
+        variables and required parameters differ is refused here, with ValueError). The
+        function returns ``str`` (text), ``bytes`` (a blob) or contents dicts; it raises
+        :class:`~trio_mcp.server.ResourceNotFound` for a URI it has nothing at.
 
         >>> server = Server("docs")
         >>> @server.resource("test://template/{id}/data", mime_type="application/json")
@@ -499,14 +616,18 @@ class Server:
         return [p.wire() for p in self.prompts.values()]
 
     async def read_resource(self, uri: str, call: ToolCall) -> list[dict[str, Any]] | None:
-        """The contents at ``uri``, or None if no resource or template serves it."""
-        resource = self.resources.get(uri)
-        if resource is not None:
-            return await resource.read(Context(call))
-        for template in self.templates.values():
-            values = template.match(uri)
-            if values is not None:
-                return await template.read(uri, values, Context(call))
+        """The contents at ``uri``, or None if no resource or template serves it (or its
+        function raised :class:`ResourceNotFound`)."""
+        try:
+            resource = self.resources.get(uri)
+            if resource is not None:
+                return await resource.read(Context(call))
+            for template in self.templates.values():
+                values = template.match(uri)
+                if values is not None:
+                    return await template.read(uri, values, Context(call))
+        except ResourceNotFound:
+            return None
         return None
 
     async def get_prompt(self, name: str, arguments: dict[str, str], call: ToolCall) -> dict[str, Any]:
@@ -573,7 +694,9 @@ class Server:
         >>> # async with server.open() as runtime:
         >>> #     nursery.start_soon(runtime.serve, transport)
         """
-        async with self._entered_lifespan() as shared:
+        if self.telemetry is not None:
+            tracer = _both(tracer, self.telemetry.trace_event)
+        async with self._asyncio_loop_open(), self._entered_lifespan() as shared:
             owned = store is None  # a store we make, we close
             store = store if store is not None else self.store_factory()
             supervisor = TaskSupervisor(self.limits, store=store, wall_clock=wall_clock, tracer=tracer)
@@ -583,7 +706,7 @@ class Server:
             try:
                 connect = getattr(store, "connect", None)
                 if connect is not None:  # a store that connects (SQLite: takes its file's lock) fails here
-                    await connect()
+                    await _connect_store(store, connect)
                 async with trio.open_nursery() as nursery:
                     try:
                         await nursery.start(supervisor.run)
@@ -600,6 +723,25 @@ class Server:
                 if owned and aclose is not None:
                     with trio.CancelScope(shield=True):
                         await aclose()
+
+    @asynccontextmanager
+    async def _asyncio_loop_open(self) -> AsyncIterator[None]:
+        """An asyncio loop inside Trio for the block, if a tool runs on asyncio (the lifespan,
+        entered inside it, may use asyncio libraries through ``trio_asyncio.aio_as_trio`` too)."""
+        if not self._asyncio_tools:
+            yield
+            return
+        try:
+            import trio_asyncio  # type: ignore[import-untyped]
+        except ImportError as exc:
+            needs = "a tool runs on asyncio (asyncio=True): install trio-asyncio"
+            raise RuntimeError(f"{needs} ('pip install trio-mcp[asyncio]')") from exc
+        async with trio_asyncio.open_loop() as loop:
+            previous, self._asyncio_loop = self._asyncio_loop, loop
+            try:
+                yield
+            finally:
+                self._asyncio_loop = previous
 
     @asynccontextmanager
     async def _entered_lifespan(self) -> AsyncIterator[Any]:
@@ -704,7 +846,8 @@ class Server:
         parse (default ``sys.argv[1:]``; pass ``[]`` when embedding in a program with its own
         arguments). The keyword arguments are the defaults the command line overrides, e.g.
         ``server.run(http="127.0.0.1:8000")``. Bad arguments print usage and exit 2; a ``--store``
-        file another process serves (:class:`~trio_mcp.stores.StoreLocked`) prints one line, exits 3.
+        file another process serves (:class:`~trio_mcp.stores.StoreLocked`), a store that cannot be
+        opened or an address in use (:class:`StartupError`) prints one line and exits 3.
 
         ``gc_tuning`` applies :func:`tune_gc` first (this process is then a server: say False
         when embedding it in a program that manages the collector itself).
@@ -719,18 +862,29 @@ class Server:
         try:
             trio.run(self.serve_until_signalled, options)
         except Exception as exc:
-            from ..stores.sqlite import StoreLocked
-
-            leaves: list[BaseException] = [exc]
-            while len(leaves) == 1 and isinstance(leaves[0], BaseExceptionGroup):
-                leaves = list(leaves[0].exceptions)
-            if len(leaves) != 1 or not isinstance(leaves[0], StoreLocked):
+            leaf = _only_leaf(exc)
+            # One line, exit 3: the store cannot be opened or is another process's, or the
+            # address is taken (``trio-mcp serve`` says the same).
+            if not isinstance(leaf, StartupError) and type(leaf).__name__ != "StoreLocked":
                 raise
-            print(leaves[0], file=sys.stderr, flush=True)  # one line: the file is served by another process
+            print(f"error: {leaf}", file=sys.stderr, flush=True)
             raise SystemExit(3) from None
 
 
 # ------------------------------------------------------------------- running from a command line
+
+
+def _only_leaf(exc: BaseException) -> BaseException:
+    """The one exception in ``exc``'s nested groups that is not ``Cancelled`` (else ``exc``)."""
+    leaves: list[BaseException] = []
+    pending = [exc]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, BaseExceptionGroup):
+            pending.extend(item.exceptions)
+        elif not isinstance(item, trio.Cancelled):
+            leaves.append(item)
+    return leaves[0] if len(leaves) == 1 else exc
 
 
 Listener = Callable[..., Awaitable[object]]
@@ -754,19 +908,55 @@ async def _listen(runtime: ServerRuntime, options: RunOptions) -> None:
     listener, url = _LISTENERS[options.transport]
     host, port = options.listen
     async with trio.open_nursery() as nursery:
-        bound = await nursery.start(
-            functools.partial(
-                listener,
-                runtime,
-                host,
-                port,
-                allowed_origins=options.allow_origins or DEFAULT_ALLOWED_ORIGINS,
-                authenticate=static_token(options.token) if options.token else None,
+        try:
+            bound = await nursery.start(
+                functools.partial(
+                    listener,
+                    runtime,
+                    host,
+                    port,
+                    allowed_origins=options.allow_origins or DEFAULT_ALLOWED_ORIGINS,
+                    authenticate=static_token(options.token) if options.token else None,
+                )
             )
-        )
+        except Exception as exc:  # arrives wrapped in the listener's nursery's ExceptionGroup
+            leaf = _only_leaf(exc)
+            if isinstance(leaf, OSError):
+                raise StartupError(f"cannot listen on {host}:{port}: {leaf.strerror or leaf}") from None
+            raise
         literal = f"[{host}]" if ":" in host else host
         address = url.format(host=literal, port=bound)
         print(f"Serving {runtime.server.info.name} on {address}", file=sys.stderr, flush=True)
+
+
+class StartupError(Exception):
+    """The server cannot start: its task store cannot be opened, or it cannot listen where
+    it was told to. Its message is one line for the operator (:meth:`Server.run` and
+    ``trio-mcp serve`` print it and exit 3)."""
+
+
+async def _connect_store(store: TaskStore, connect: Callable[[], Awaitable[None]]) -> None:
+    """Connect ``store`` at start-up: a store that cannot be opened (an unusable path, a server
+    not there) is a :class:`StartupError` naming it; :class:`~trio_mcp.stores.StoreLocked` (the
+    file is another process's) stays as it is."""
+    try:
+        await connect()
+    except Exception as exc:
+        if type(exc).__name__ == "StoreLocked":
+            raise
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise StartupError(f"cannot open the task store {store!r}: {reason}") from exc
+
+
+def _both(first: Tracer, second: Tracer) -> Tracer:
+    if first is no_trace:
+        return second
+
+    def tracer(kind: str, fields: dict[str, Any]) -> None:
+        first(kind, fields)
+        second(kind, fields)
+
+    return tracer
 
 
 @asynccontextmanager
@@ -843,10 +1033,11 @@ class ServerRuntime:
         owner: str,
         client: str | None = None,
         send: Callable[[bytes], bool],
-    ) -> bytes:
+    ) -> tuple[bytes, int | None]:
         """Serve one stateless (2026-07-28) request in the caller's Trio task, without a
-        connection actor, and return its encoded answer; its notifications (progress, log
-        messages, a ``subscriptions/listen`` stream) go to ``send`` first, in order.
+        connection actor: its encoded answer, and the JSON-RPC error code that answer carries
+        (None for a result). Its notifications (progress, log messages, a
+        ``subscriptions/listen`` stream) go to ``send`` first, in order.
 
         Tasks belong to ``owner``; ``client`` is whom they count under for the per-client
         limits. Cancel the caller to abandon the request (its work is cancelled). See
