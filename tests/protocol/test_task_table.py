@@ -28,6 +28,11 @@ OWNERS = ["alice", "bob", "carol"]
 CLIENTS = [None, "address:a", "address:b"]
 
 
+def account(owner: str, client: str | None) -> tuple[str, str | None]:
+    """Whom a task counts under for the per-owner limits: its owner, per client it came from."""
+    return (owner, client if client != owner else None)
+
+
 @attrs.define
 class Model:
     owner: dict[str, str] = attrs.Factory(dict)
@@ -35,29 +40,23 @@ class Model:
     live: set[str] = attrs.Factory(set)
     due_at: dict[str, float] = attrs.Factory(dict)
     size: dict[str, int] = attrs.Factory(dict)
-    came_with: dict[str, str | None] = attrs.Factory(dict)
 
     def of(self, owner: str) -> list[str]:
         return [t for t, o in self.owner.items() if o == owner]
 
-    def client_of(self, owner: str) -> str | None:
-        # An owner counts under the client it came with when it kept no task, for as long as
-        # it keeps some.
-        client = self.came_with.get(owner)
-        return client if client != owner else None
+    def in_account(self, owner: str, client: str | None) -> list[str]:
+        return [t for t, o in self.owner.items() if account(o, self.client[t]) == account(owner, client)]
 
     def refused(self, owner: str, client: str | None) -> bool:
-        mine = self.of(owner)
+        mine = self.in_account(owner, client)
         if sum(t in self.live for t in mine) >= LIMITS.max_live_tasks_per_owner:
             return True
         if len(mine) >= LIMITS.max_tasks_per_owner:
             return True
         if sum(self.size.get(t, 0) for t in mine) >= LIMITS.max_kept_result_bytes_per_owner:
             return True
-        if mine:
-            client = self.client_of(owner)
         if client is not None and client != owner:
-            theirs = [t for t in self.owner if self.client_of(self.owner[t]) == client]
+            theirs = [t for t in self.owner if account(self.owner[t], self.client[t])[1] == client]
             if sum(t in self.live for t in theirs) >= LIMITS.max_live_tasks_per_client:
                 return True
             if len(theirs) >= LIMITS.max_tasks_per_client:
@@ -69,12 +68,9 @@ class Model:
         )
 
     def remove(self, task_id: str) -> None:
-        owner = self.owner.get(task_id)
         for table in (self.owner, self.client, self.due_at, self.size):
             table.pop(task_id, None)
         self.live.discard(task_id)
-        if owner is not None and not self.of(owner):
-            del self.came_with[owner]
 
 
 operation = st.one_of(
@@ -103,8 +99,6 @@ def test_the_table_decides_as_the_model(operations: list[tuple[Any, ...]]) -> No
                 made.append(task_id)
                 due = table.add(task_id, owner, client, deadline=ms / 1000)
                 assert due == math.ceil(ms) / 1000
-                if not model.of(owner):
-                    model.came_with[owner] = client
                 model.owner[task_id], model.client[task_id] = owner, client
                 model.live.add(task_id)
                 model.due_at[task_id] = due
@@ -124,7 +118,8 @@ def test_the_table_decides_as_the_model(operations: list[tuple[Any, ...]]) -> No
                     or owner is None
                     or task_id in model.size
                     or (
-                        sum(model.size.get(t, 0) for t in model.of(owner)) + size
+                        sum(model.size.get(t, 0) for t in model.in_account(owner, model.client[task_id]))
+                        + size
                         <= LIMITS.max_kept_result_bytes_per_owner
                         and sum(model.size.values()) + size <= LIMITS.max_kept_result_bytes
                     )
@@ -148,7 +143,10 @@ def test_the_table_decides_as_the_model(operations: list[tuple[Any, ...]]) -> No
         assert table.live_total == len(model.live)
         for owner in OWNERS:
             assert table.live_count(owner) == sum(t in model.live for t in model.of(owner))
-            assert table.kept_result_bytes(owner) == sum(model.size.get(t, 0) for t in model.of(owner))
+            for client in CLIENTS:
+                assert table.kept_result_bytes(owner, client) == sum(
+                    model.size.get(t, 0) for t in model.in_account(owner, client)
+                )
         assert table.kept_result_bytes() == sum(model.size.values())
 
 
@@ -165,6 +163,19 @@ def test_a_client_share_is_below_the_process_caps() -> None:
     refusal = table.refusal("o5", "address:a")
     assert refusal is not None and "per client" in refusal.message
     assert table.refusal("o6", "address:b") is None
+
+
+def test_an_owner_shared_by_many_clients_gives_each_its_own_allowance() -> None:
+    # Every anonymous caller of a stateless HTTP server is one owner: one address using up
+    # the per-owner allowance leaves another address its own.
+    table = TaskTable(LIMITS)
+    made = 0
+    while table.refusal("anonymous", "address:a") is None:
+        table.add(f"t{made}", "anonymous", "address:a", deadline=1.0)
+        made += 1
+    assert made == LIMITS.max_live_tasks_per_owner
+    assert table.refusal("anonymous", "address:b") is None
+    assert table.live_count("anonymous") == made  # still one owner: its tasks are listed together
 
 
 def test_kept_result_bytes_refuse_results_then_creations_until_removed() -> None:

@@ -211,14 +211,10 @@ async def test_unfinished_handshakes_expire(clock: MockClock) -> None:
             assert (await http.post(url, content=rpc(2, "tools/list"), headers=headers)).status_code == 404
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the task table counts an owner under the client it first came with, and every "
-    "anonymous 2026-07-28 caller is the one owner 'anonymous': the app passes client='address:<ip>' "
-    "but the table needs per-task client accounting (protocol/table.py) for it to count",
-)
 async def test_anonymous_modern_callers_are_held_to_per_address_quotas() -> None:
-    limits = TaskLimits(max_live_tasks_per_client=2)
+    # Every anonymous 2026-07-28 caller is the one owner "anonymous": each address gets an
+    # allowance of its own, so one filling its share leaves the others theirs.
+    limits = TaskLimits(max_live_tasks_per_owner=2, max_live_tasks_per_client=5)
     with trio.fail_after(10):
         async with serving(make_server(limits)) as (url, _):
             async with client_from("127.0.0.1") as greedy, client_from("127.0.0.2") as polite:

@@ -1,7 +1,7 @@
 """The task table: every decision about this process's tasks, in one place, without I/O.
 
 A :class:`TaskTable` is the registry of the tasks a server process keeps: whose each one is
-(its owner, and the client the owner counts under), which are live (not ended), how many
+(its owner, and the client it was made from), which are live (not ended), how many
 result bytes the finished ones keep, and when each expires. It decides whether a new task is
 admitted (:meth:`TaskTable.refusal`, against :class:`TaskLimits`), whether a finished task's
 result may be kept (:meth:`TaskTable.keep_result`), and which tasks are due
@@ -97,14 +97,22 @@ class TaskLimits:
 class TaskTable:
     """The tasks of one process (see the module docstring). Tasks are added live; a task
     :meth:`ended` is no longer live but still kept (its result answers until it expires);
-    :meth:`remove` (or :meth:`pop_due`) forgets it."""
+    :meth:`remove` (or :meth:`pop_due`) forgets it.
+
+    The per-owner limits count an owner's tasks per client it creates them from (its
+    *account*): tasks made without a client (an identity, a stdio connection) count under the
+    owner alone; an owner shared by several clients (every anonymous caller of a stateless
+    HTTP server is one owner) gives each client an allowance of its own, so none can use up
+    another's. Each task also counts under the client that created it, for the per-client caps.
+    """
 
     __slots__ = (
+        "_account_live",
+        "_accounts",
         "_bytes",
         "_bytes_of",
         "_client_kept",
         "_client_live",
-        "_client_of",
         "_expiries",
         "_kept",
         "_live",
@@ -121,13 +129,14 @@ class TaskTable:
         self._live: dict[str, dict[str, None]] = {}
         self._live_total = 0
         self._owner_of: dict[str, str] = {}  # every kept task's owner
-        self._kept: dict[str, int] = {}  # tasks kept per owner
-        # Owners counted under a client other than themselves (while they keep tasks), and
-        # each such client's live and kept tasks.
-        self._client_of: dict[str, str] = {}
+        self._kept: dict[str, int] = {}  # tasks kept per account
+        # The tasks made from a client other than their owner: (account, client) each, and
+        # each such account's live tasks and each client's live and kept ones.
+        self._accounts: dict[str, tuple[str, str]] = {}
+        self._account_live: dict[str, int] = {}
         self._client_live: dict[str, int] = {}
         self._client_kept: dict[str, int] = {}
-        # Result bytes kept (results of CHARGED_FROM bytes and more): per task, owner, all.
+        # Result bytes kept (results of CHARGED_FROM bytes and more): per task, account, all.
         self._bytes_of: dict[str, int] = {}
         self._owner_bytes: dict[str, int] = {}
         self._bytes = 0
@@ -144,7 +153,7 @@ class TaskTable:
         return self._owner_of.get(task_id)
 
     def live_count(self, owner: str) -> int:
-        """Live tasks of ``owner``."""
+        """Live tasks of ``owner`` (from any client)."""
         return len(self._live.get(owner, ()))
 
     def live_ids(self, owner: str) -> list[str]:
@@ -155,9 +164,9 @@ class TaskTable:
     def live_total(self) -> int:
         return self._live_total
 
-    def kept_result_bytes(self, owner: str | None = None) -> int:
-        """Result bytes kept by ``owner``'s finished tasks (None: by all)."""
-        return self._bytes if owner is None else self._owner_bytes.get(owner, 0)
+    def kept_result_bytes(self, owner: str | None = None, client: str | None = None) -> int:
+        """Result bytes kept by the finished tasks ``owner`` made from ``client`` (None: by all)."""
+        return self._bytes if owner is None else self._owner_bytes.get(_account(owner, client), 0)
 
     @property
     def earliest(self) -> float:
@@ -166,23 +175,26 @@ class TaskTable:
 
     # -- decisions ---------------------------------------------------------------------------
     def refusal(self, owner: str, client: str | None) -> ErrorValue | None:
-        """Why a new task of ``owner`` (counted under ``client``; None: the owner) may not be
-        made now, or None if it may. An owner counts under the client it first came with, for
-        as long as it keeps tasks."""
+        """Why a new task of ``owner``, made from ``client`` (None: no client but the owner),
+        may not be made now, or None if it may."""
         limits = self.limits
-        if owner in self._kept:
-            client = self._client_of.get(owner)
-        if len(self._live.get(owner, ())) >= limits.max_live_tasks_per_owner:
+        account = _account(owner, client)
+        if account is owner:
+            live = len(self._live.get(owner, ()))
+        else:
+            live = self._account_live.get(account, 0)
+        if live >= limits.max_live_tasks_per_owner:
             return _too_many_live(limits.max_live_tasks_per_owner, "requestor")
-        if self._kept.get(owner, 0) >= limits.max_tasks_per_owner:
+        if self._kept.get(account, 0) >= limits.max_tasks_per_owner:
             return _too_many_kept(limits.max_tasks_per_owner, "requestor")
-        if self._owner_bytes and self._owner_bytes.get(owner, 0) >= limits.max_kept_result_bytes_per_owner:
+        if self._owner_bytes and self._owner_bytes.get(account, 0) >= limits.max_kept_result_bytes_per_owner:
             return ErrorValue(
                 TASK_LIMIT_REACHED,
                 f"Too many result bytes kept: at most {limits.max_kept_result_bytes_per_owner} per "
                 "requestor, until some tasks expire",
             )
-        if client is not None and client != owner:
+        if account is not owner:
+            assert client is not None
             if self._client_live.get(client, 0) >= limits.max_live_tasks_per_client:
                 return _too_many_live(limits.max_live_tasks_per_client, "client")
             if self._client_kept.get(client, 0) >= limits.max_tasks_per_client:
@@ -205,8 +217,10 @@ class TaskTable:
         owner = self._owner_of.get(task_id)
         if owner is None or task_id in self._bytes_of:
             return None  # not kept here (removed meanwhile), or counted already
-        owner_bytes = self._owner_bytes.get(owner, 0)
-        if owner_bytes + size > limits.max_kept_result_bytes_per_owner or self._bytes + size > (
+        made = self._accounts.get(task_id)
+        account = made[0] if made is not None else owner
+        account_bytes = self._owner_bytes.get(account, 0)
+        if account_bytes + size > limits.max_kept_result_bytes_per_owner or self._bytes + size > (
             limits.max_kept_result_bytes
         ):
             return ErrorValue(
@@ -215,30 +229,27 @@ class TaskTable:
                 "requestor until its other tasks expire",
             )
         self._bytes_of[task_id] = size
-        self._owner_bytes[owner] = owner_bytes + size
+        self._owner_bytes[account] = account_bytes + size
         self._bytes += size
         return None
 
     # -- changes -----------------------------------------------------------------------------
     def add(self, task_id: str, owner: str, client: str | None, deadline: float) -> float:
-        """A new live task of ``owner`` (admitted: see :meth:`refusal`), due at ``deadline``
-        (in the caller's clock); returns when it will be due (at most a millisecond later).
-        ``client`` counts only for an owner's first kept task (an owner keeps its client)."""
+        """A new live task of ``owner``, made from ``client`` (admitted: see :meth:`refusal`),
+        due at ``deadline`` (in the caller's clock); returns when it will be due (at most a
+        millisecond later)."""
         live = self._live.get(owner)
         if live is None:
             live = self._live[owner] = {}
         live[task_id] = None
         self._live_total += 1
-        kept = self._kept.get(owner, 0)
-        self._kept[owner] = kept + 1
         self._owner_of[task_id] = owner
-        if kept:
-            client = self._client_of.get(owner)  # the client it first came with
-        elif client is not None and client != owner:
-            self._client_of[owner] = client
-        else:
-            client = None
-        if client is not None:
+        account = _account(owner, client)
+        self._kept[account] = self._kept.get(account, 0) + 1
+        if account is not owner:
+            assert client is not None
+            self._accounts[task_id] = (account, client)
+            self._account_live[account] = self._account_live.get(account, 0) + 1
             self._client_live[client] = self._client_live.get(client, 0) + 1
             self._client_kept[client] = self._client_kept.get(client, 0) + 1
         return self._expiries.add(task_id, deadline)
@@ -255,9 +266,10 @@ class TaskTable:
         self._live_total -= 1
         if not live:
             del self._live[owner]
-        client = self._client_of.get(owner)
-        if client is not None:
-            _count_down(self._client_live, client)
+        made = self._accounts.get(task_id) if self._accounts else None
+        if made is not None:
+            _count_down(self._account_live, made[0])
+            _count_down(self._client_live, made[1])
         return True
 
     def remove(self, task_id: str) -> str | None:
@@ -266,20 +278,20 @@ class TaskTable:
         owner = self._owner_of.pop(task_id, None)
         if owner is None:
             return None
-        _count_down(self._kept, owner)
-        client = self._client_of.get(owner)
-        if client is not None:
-            _count_down(self._client_kept, client)
-            if owner not in self._kept:
-                del self._client_of[owner]
+        made = self._accounts.pop(task_id, None) if self._accounts else None
+        account = owner
+        if made is not None:
+            account = made[0]
+            _count_down(self._client_kept, made[1])
+        _count_down(self._kept, account)
         size = self._bytes_of.pop(task_id, None) if self._bytes_of else None
         if size is not None:
             self._bytes -= size
-            left = self._owner_bytes[owner] - size
+            left = self._owner_bytes[account] - size
             if left:
-                self._owner_bytes[owner] = left
+                self._owner_bytes[account] = left
             else:
-                del self._owner_bytes[owner]
+                del self._owner_bytes[account]
         self._expiries.compact(self._owner_of)
         return owner
 
@@ -289,6 +301,14 @@ class TaskTable:
         due = [task_id for task_id in self._expiries.pop_due(now) if task_id in kept]
         self._expiries.compact(kept)
         return due
+
+
+def _account(owner: str, client: str | None) -> str:
+    """Whom a task counts under for the per-owner limits: the owner itself (the same object,
+    so ``is`` tells), or the owner as seen from one client."""
+    if client is None or client == owner:
+        return owner
+    return f"{owner} from {client}"
 
 
 def _too_many_live(limit: int, per: str) -> ErrorValue:
