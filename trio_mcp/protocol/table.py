@@ -179,8 +179,8 @@ class TaskTable:
         may not be made now, or None if it may."""
         limits = self.limits
         account = _account(owner, client)
-        if account is owner:
-            live = len(self._live.get(owner, ()))
+        if account is owner:  # its live tasks but those made from a client
+            live = len(self._live.get(owner, ())) - self._account_live.get(_FROM_CLIENTS + owner, 0)
         else:
             live = self._account_live.get(account, 0)
         if live >= limits.max_live_tasks_per_owner:
@@ -250,6 +250,8 @@ class TaskTable:
             assert client is not None
             self._accounts[task_id] = (account, client)
             self._account_live[account] = self._account_live.get(account, 0) + 1
+            from_clients = _FROM_CLIENTS + owner
+            self._account_live[from_clients] = self._account_live.get(from_clients, 0) + 1
             self._client_live[client] = self._client_live.get(client, 0) + 1
             self._client_kept[client] = self._client_kept.get(client, 0) + 1
         return self._expiries.add(task_id, deadline)
@@ -269,6 +271,7 @@ class TaskTable:
         made = self._accounts.get(task_id) if self._accounts else None
         if made is not None:
             _count_down(self._account_live, made[0])
+            _count_down(self._account_live, _FROM_CLIENTS + owner)
             _count_down(self._client_live, made[1])
         return True
 
@@ -301,6 +304,10 @@ class TaskTable:
         due = [task_id for task_id in self._expiries.pop_due(now) if task_id in kept]
         self._expiries.compact(kept)
         return due
+
+
+_FROM_CLIENTS = "\x00from clients: "
+"""Prefix of the count of an owner's live tasks made from clients (in ``_account_live``)."""
 
 
 def _account(owner: str, client: str | None) -> str:
