@@ -45,8 +45,18 @@ conformance: $(STAMP)
 
 test: lint typecheck conformance pytest
 
-demo: $(STAMP)
-	$(BIN)/trio-mcp demo
+# The demo needs the runtime alone: an environment of its own with a plain install (no dev
+# extra: no linters, SDKs or valkey), so a newcomer's first `make demo` is quick.
+DEMO_VENV := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
+
+$(DEMO_STAMP): pyproject.toml
+	test -x $(DEMO_VENV)/bin/python || $(PY) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install -q --disable-pip-version-check -e .
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/trio-mcp demo
 
 # The benchmarks (docs/performance.md). Their TypeScript SDK peer needs Node 22 and the pinned
 # SDK, installed once into .cache/bench/ (needs npm the first time; benchmarks/peers/node.py,
@@ -56,4 +66,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) $(SDK2_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SDK2_VENV) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -30,7 +30,16 @@ if TYPE_CHECKING:
     from .protocol.messages import CallToolResult, Task, TextContent, Tool
     from .protocol.records import TaskOutcome, TaskRecord
     from .protocol.tasks import TaskStatus
-    from .server import Context, Server, ServerRuntime, mcp_asgi_app, serve_http, serve_websocket
+    from .server import (
+        Context,
+        ResourceNotFound,
+        Server,
+        ServerRuntime,
+        ThreadContext,
+        mcp_asgi_app,
+        serve_http,
+        serve_websocket,
+    )
 
 _WHERE = {
     "CallToolResult": ".protocol.messages",
@@ -39,6 +48,7 @@ _WHERE = {
     "Context": ".server",
     "ErrorValue": ".protocol.errors",
     "McpError": ".protocol.errors",
+    "ResourceNotFound": ".server",
     "Server": ".server",
     "ServerRuntime": ".server",
     "Task": ".protocol.messages",
@@ -47,6 +57,7 @@ _WHERE = {
     "TaskRecord": ".protocol.records",
     "TaskStatus": ".protocol.tasks",
     "TextContent": ".protocol.messages",
+    "ThreadContext": ".server",
     "Tool": ".protocol.messages",
     "connect": ".client",
     "connect_http": ".client",
@@ -65,6 +76,7 @@ __all__ = [
     "Context",
     "ErrorValue",
     "McpError",
+    "ResourceNotFound",
     "Server",
     "ServerRuntime",
     "Task",
@@ -73,6 +85,7 @@ __all__ = [
     "TaskRecord",
     "TaskStatus",
     "TextContent",
+    "ThreadContext",
     "Tool",
     "connect",
     "connect_http",

@@ -37,8 +37,8 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_mcp.actors._receiver import Started
 from trio_mcp.actors._calls import ToolRun
+from trio_mcp.actors._receiver import Started
 from trio_mcp.actors.runtime import Reply
 from trio_mcp.actors.supervisor import (
     NOT_FOUND,

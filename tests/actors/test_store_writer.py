@@ -288,9 +288,9 @@ class DurableFlakyStore(FlakyStore):
 async def test_start_up_fails_what_a_dead_process_left_through_the_writer_retrying_until_stored(
     autojump_clock: Any,
 ) -> None:
-    from trio_mcp.actors.supervisor import PROCESS_GONE, SWEEP_BATCH, TaskSupervisor
-
     import time
+
+    from trio_mcp.actors.supervisor import PROCESS_GONE, SWEEP_BATCH, TaskSupervisor
 
     store = DurableFlakyStore()
     left = [  # more than one batch, none due to expire yet

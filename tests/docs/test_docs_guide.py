@@ -17,10 +17,12 @@ DOC_TESTS = sorted(name for name in set(globals()) - _BEFORE if name.startswith(
 
 
 def test_the_guide_runs_its_examples() -> None:
-    assert len(python_blocks(_TEXT)) == 10
+    assert len(python_blocks(_TEXT)) == 13
     assert DOC_TESTS == [
+        "test_a_plain_tool_reports_progress_and_stops_when_cancelled",
         "test_a_task_from_start_to_end",
         "test_a_task_that_needs_input",
+        "test_an_asyncio_tool",
         "test_argument_types",
         "test_cancel_really_stops_the_work",
         "test_input_in_each_era",
@@ -28,6 +30,7 @@ def test_the_guide_runs_its_examples() -> None:
         "test_one_database_for_the_whole_run",
         "test_plain_calls_and_errors",
         "test_resources_prompts_and_completion",
+        "test_spans_for_a_call_and_a_task",
         "test_structured_output",
         "test_the_server_decides_what_becomes_a_task",
     ]

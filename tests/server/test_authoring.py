@@ -77,11 +77,11 @@ async def test_worker_threads_are_bounded() -> None:
         assert finished == ["one", "two"]
 
 
-def test_a_sync_tool_cannot_take_a_context() -> None:
+def test_a_sync_tool_is_told_to_take_a_thread_context() -> None:
     server = Server("x")
 
     def needs_context(ctx: Context) -> str:
         return "never"
 
-    with pytest.raises(TypeError, match="only async tools can take a Context"):
+    with pytest.raises(TypeError, match="takes a ThreadContext, not a Context"):
         server.add_tool(needs_context)

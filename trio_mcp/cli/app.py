@@ -392,7 +392,7 @@ def serve(
     state_key: str | None,
     log_level: str,
 ) -> None:
-    """Serve the trio_mcp.Server object SERVER over stdio (default) or WebSocket.
+    """Serve the trio_mcp.Server object SERVER over stdio (default), WebSocket or Streamable HTTP.
 
     SERVER is MODULE:OBJECT (imported like `python -m`, from the current directory too) or
     FILE.py:OBJECT; OBJECT defaults to `server`. Logs go to stderr; stdout carries only MCP
@@ -708,6 +708,8 @@ def call(
         raise click.UsageError("--ttl and --detach only apply with --task")
 
     async def body(interrupts: Interrupts) -> int:
+        if detach:
+            _check_detachable(target, token)
         displays = LiveDisplays()
         # Questions (elicitation) are asked at the terminal, on stderr; not with --detach: then
         # nobody would be there to answer, and the server is told so (capability not declared).
@@ -828,6 +830,23 @@ def _report(
     return ExitCode.TOOL_ERROR
 
 
+def _check_detachable(target: str, token: str | None) -> None:
+    """Refuse ``--detach`` where nothing could reach the task after this command exits: a
+    stdio TARGET (its server is this command's child) or a URL without a token (the task
+    belongs to this command's connection, and ends with it)."""
+    if not is_url(target):
+        raise usage_error(
+            "--detach needs a server that outlives this command: a stdio TARGET's server ends with it",
+            hint="serve it with `trio-mcp serve ... --http HOST:PORT --token T`, call its URL with --token T",
+        )
+    if not token:
+        raise usage_error(
+            "--detach needs --token: without one the task belongs to this command's connection "
+            "and ends when it closes",
+            hint="give the server's --token (or set TRIO_MCP_TOKEN); serve with --token to own tasks by it",
+        )
+
+
 async def _task_call(
     client: Client,
     name: str,
@@ -864,10 +883,6 @@ async def _task_call(
             sys.stdout.write(created.task_id + "\n")
             sys.stdout.flush()
             err.print(Text.assemble("Created ", task_line(created)))
-            if not is_url_target(client):
-                err.print(
-                    "[yellow]Note:[/] TARGET is a stdio command: the task ends with this invocation's server."
-                )
         return ExitCode.OK
     if output == "text":
         err.print(
@@ -891,12 +906,6 @@ async def _task_call(
         return int(interrupts.exit_code)
     result, error = await _outcome(client, final)
     return _report(final, result, error, output, name)
-
-
-def is_url_target(client: Client) -> bool:
-    from ..transports.stdio import StreamTransport
-
-    return not isinstance(client.transport, StreamTransport)
 
 
 # ------------------------------------------------------------------------------------ tasks
@@ -952,8 +961,18 @@ async def _task_request(target: str, coro: Callable[[], Awaitable[Any]]) -> Any:
         raise CliError(
             ExitCode.PROTOCOL,
             f"the server answered error {exc.code}: {exc.message}",
-            hint=_task_not_found_hint(target) if "not found" in exc.message.lower() else None,
+            hint=_task_not_found_hint(target)
+            if "not found" in exc.message.lower()
+            else _TASK_EXPIRED_HINT
+            if "expired" in exc.message.lower()
+            else None,
         ) from None
+
+
+_TASK_EXPIRED_HINT = (
+    "a task and its result are kept for its ttl (see `tasks get`), then forgotten; "
+    "ask for longer with `call --task --ttl DURATION`"
+)
 
 
 class TasksCommand(click.Command):

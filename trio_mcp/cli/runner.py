@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import http
 import math
+import re
 import shlex
 import signal
 import sys
@@ -195,7 +196,8 @@ def _command(target: str) -> list[str]:
         ) from None
     if not argv:
         raise CliError(
-            ExitCode.USAGE, 'empty TARGET: give a command such as "python server.py" or a ws:// URL'
+            ExitCode.USAGE,
+            'empty TARGET: give a command such as "python server.py", or a ws:// or http:// URL',
         )
     return argv
 
@@ -213,7 +215,8 @@ async def _spawn(argv: list[str]) -> AsyncIterator[SubprocessTransport]:
             raise CliError(
                 ExitCode.CONNECTION,
                 f"cannot start {argv[0]!r}: command not found",
-                hint="TARGET is a command line (quoted as one argument) or a ws:// URL",
+                hint='TARGET is a command line quoted as one argument ("python server.py"), '
+                "or the URL of a running server (ws://HOST:PORT or http://HOST:PORT/mcp)",
             ) from None
         except OSError as exc:
             raise CliError(ExitCode.CONNECTION, f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
@@ -258,9 +261,33 @@ async def _handshake(
         if refused is not None:
             status, detail = refused
             raise refusal_error(target, status, token=token, detail=detail or None) from None
+        unreached = _http_failure(target, exc)
+        if unreached is not None:
+            raise unreached from None
         raise CliError(
             ExitCode.CONNECTION, f"{target!r} refused the MCP handshake: error {exc.code}: {exc.message}"
         ) from None
+
+
+_HTTP_FAILED = re.compile(r"HTTP request failed: (\w+)\((.*)\)", re.DOTALL)
+
+
+def _http_failure(target: str, exc: McpError) -> CliError | None:
+    """An HTTP target that could not be reached (nothing listening, a timeout, a reset): one
+    line naming the target, not the HTTP client's exception. None for any other error."""
+    found = _HTTP_FAILED.fullmatch(exc.message)
+    if found is None:
+        return None
+    kind, detail = found.group(1), found.group(2).strip("'\"")
+    if kind in ("ConnectError", "ConnectTimeout"):
+        reason = "nothing answers there" if kind == "ConnectError" else "timed out"
+        return CliError(
+            ExitCode.CONNECTION,
+            f"cannot connect to {target}: {reason}" + (f" ({detail})" if detail else ""),
+            hint="is `trio-mcp serve ... --http HOST:PORT` (or `python server.py --http ...`) running there?",
+        )
+    failed = f"{kind}: {detail}" if detail else kind
+    return CliError(ExitCode.CONNECTION, f"{target}: the HTTP request failed: {failed}")
 
 
 @asynccontextmanager

@@ -5,7 +5,7 @@
 """
 
 from ..protocol.table import TaskLimits
-from ._context import Context
+from ._context import Context, ThreadContext, ToolCancelled
 from ._http import McpHttpApp, mcp_asgi_app, serve_http
 from ._options import RunOptions, parse_run_args
 from ._server import (
@@ -15,8 +15,10 @@ from ._server import (
     RegisteredTool,
     Server,
     ServerRuntime,
+    StartupError,
     tune_gc,
 )
+from ._surface import ResourceNotFound
 from ._websocket import serve_websocket
 
 __all__ = [
@@ -26,10 +28,14 @@ __all__ = [
     "Lifespan",
     "McpHttpApp",
     "RegisteredTool",
+    "ResourceNotFound",
     "RunOptions",
     "Server",
     "ServerRuntime",
+    "StartupError",
     "TaskLimits",
+    "ThreadContext",
+    "ToolCancelled",
     "mcp_asgi_app",
     "parse_run_args",
     "serve_http",

@@ -1,9 +1,13 @@
-"""Context: what a running tool may do besides returning — progress, status, logging, input."""
+"""Context: what a running tool may do besides returning — progress, status, logging, input
+(:class:`ThreadContext`: the same for a plain tool, from its worker thread)."""
 
 from __future__ import annotations
 
+import functools
+import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
@@ -23,7 +27,9 @@ if TYPE_CHECKING:
     from ..actors._session import ToolCall
     from ..actors.supervisor import TaskSupervisor
 
-__all__ = ["Context"]
+__all__ = ["Context", "ThreadContext", "ToolCancelled"]
+
+T = TypeVar("T")
 
 _lifespan_values: weakref.WeakKeyDictionary[TaskSupervisor, Any] = weakref.WeakKeyDictionary()
 """What each open runtime's lifespan yielded, by the runtime's supervisor (the one thing a
@@ -177,3 +183,99 @@ class Context:
     def log(self, level: LoggingLevel, data: Any, logger: str | None = None) -> bool:
         """Send ``notifications/message`` if ``level`` passes the client's ``logging/setLevel``."""
         return self._call.log(level, data, logger)
+
+
+class ToolCancelled(Exception):
+    """Raised by :meth:`ThreadContext.check_cancelled` (and by its calls back to the client)
+    in a plain tool whose call was cancelled: let it propagate, the call's result is discarded."""
+
+
+class ThreadContext:
+    """What a plain (``def``, not ``async def``) tool gets by a parameter annotated
+    ``ThreadContext``: the :class:`Context` of its call, with every method callable from its
+    worker thread (each runs on Trio through ``trio.from_thread``), and a way to notice that
+    the call was cancelled.
+
+    A plain tool's thread cannot be interrupted: when its call is cancelled (``tasks/cancel``,
+    ``notifications/cancelled``, the client gone) the call ends at once and the thread is
+    abandoned, its result discarded. A long tool checks :attr:`cancelled`, or calls
+    :meth:`check_cancelled`, now and then, so its thread stops working too.
+
+    >>> from trio_mcp import Server
+    >>> server = Server("cpu")
+    >>> @server.tool
+    ... def crunch(n: int, ctx: ThreadContext) -> int:
+    ...     total = 0
+    ...     for i in range(n):
+    ...         if i % 100_000 == 0:
+    ...             ctx.check_cancelled()  # raises ToolCancelled once the call is cancelled
+    ...             ctx.report_progress(i, n)
+    ...         total += i
+    ...     return total
+    """
+
+    __slots__ = ("_cancelled", "_context")
+
+    def __init__(self, context: Context, cancelled: threading.Event) -> None:
+        self._context = context
+        self._cancelled = cancelled
+
+    @property
+    def context(self) -> Context:
+        """The call's :class:`Context` (its async methods are for Trio code, not this thread)."""
+        return self._context
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the call was cancelled (or has ended): the thread's work is not wanted."""
+        return self._cancelled.is_set()
+
+    def check_cancelled(self) -> None:
+        """Raise :class:`ToolCancelled` if the call was cancelled; cheap, call it often."""
+        if self._cancelled.is_set():
+            raise ToolCancelled("the tool call was cancelled")
+
+    @property
+    def task_id(self) -> str | None:
+        """The MCP task this call runs as, or None for an ordinary call."""
+        return self._context.task_id
+
+    @property
+    def lifespan(self) -> Any:
+        """What the server's ``lifespan`` yielded (see :attr:`Context.lifespan`). Shared with
+        the Trio side: use only what is safe to use from a thread."""
+        return self._context.lifespan
+
+    def _on_trio(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        self.check_cancelled()
+        return trio.from_thread.run(functools.partial(fn, *args, **kwargs))
+
+    def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> bool:
+        """:meth:`Context.report_progress`, from the thread."""
+        return self._on_trio(self._context.report_progress, progress, total, message)
+
+    def elicit(self, message: str, schema: dict[str, Any], *, key: str | None = None) -> ElicitResult:
+        """:meth:`Context.elicit`, from the thread: blocks it until the user answers."""
+        return self._on_trio(self._context.elicit, message, schema, key=key)
+
+    def sample(
+        self, messages: list[str | SamplingMessage], *, max_tokens: int, **options: Any
+    ) -> CreateMessageResult:
+        """:meth:`Context.sample`, from the thread."""
+        return self._on_trio(self._context.sample, messages, max_tokens=max_tokens, **options)
+
+    def list_roots(self, *, key: str | None = None) -> list[dict[str, Any]]:
+        """:meth:`Context.list_roots`, from the thread."""
+        return self._on_trio(self._context.list_roots, key=key)
+
+    def set_status(self, message: str | None) -> None:
+        """:meth:`Context.set_status`, from the thread."""
+        self.check_cancelled()
+        trio.from_thread.run_sync(self._context.set_status, message)
+
+    def log(self, level: LoggingLevel, data: Any, logger: str | None = None) -> bool:
+        """:meth:`Context.log`, from the thread."""
+        self.check_cancelled()
+        return trio.from_thread.run_sync(self._context.log, level, data, logger)

@@ -322,7 +322,14 @@ class Server:
         """
         if self.telemetry is not None:
             return self.telemetry
-        from .telemetry import Telemetry
+        try:
+            from .telemetry import Telemetry
+        except ImportError as exc:
+            if not (exc.name or "").startswith("opentelemetry"):
+                raise
+            raise ImportError(
+                "telemetry needs the OpenTelemetry API: pip install 'trio-mcp[otel]'", name=exc.name
+            ) from exc
 
         telemetry = Telemetry(tracer_provider, meter_provider)
         self.telemetry = telemetry
@@ -856,7 +863,9 @@ class Server:
             ws=ws, http=http, token=token, allow_origins=allow_origins, store=store, log_level=log_level
         )
         options = parse_run_args(sys.argv[1:] if argv is None else argv, defaults=defaults)
-        logging.basicConfig(level=getattr(logging, options.log_level.upper()), stream=sys.stderr)
+        logging.basicConfig(
+            level=getattr(logging, options.log_level.upper()), stream=sys.stderr, format=LOG_FORMAT
+        )
         if gc_tuning:
             tune_gc()
         try:
@@ -997,6 +1006,9 @@ def tune_gc() -> None:
     gc.freeze()
     gc.set_threshold(GC_THRESHOLD, 0, GC_FULL_AFTER)
 
+
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+"""How :meth:`Server.run` writes log records to stderr: the format of ``trio-mcp serve``."""
 
 SHUTDOWN_GRACE = 2.0
 """Seconds :meth:`ServerRuntime.shutdown` gives the answers to pending requests to be written."""

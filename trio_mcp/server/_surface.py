@@ -26,6 +26,7 @@ __all__ = [
     "RegisteredPrompt",
     "RegisteredResource",
     "RegisteredTemplate",
+    "ResourceNotFound",
     "prompt_messages",
     "resource_contents",
 ]
@@ -36,11 +37,11 @@ MAX_COMPLETIONS = 100
 _CONTENT = (TextContent, ImageContent, AudioContent, ResourceLink, EmbeddedResource)
 
 
-def find_context_param(fn: Callable[..., Any]) -> str | None:
-    """The name of ``fn``'s parameter annotated :class:`Context`, if any."""
+def find_context_param(fn: Callable[..., Any], kind: type = Context) -> str | None:
+    """The name of ``fn``'s parameter annotated :class:`Context` (or ``kind``), if any."""
     hints = typing.get_type_hints(fn)
     for name in inspect.signature(fn).parameters:
-        if hints.get(name) is Context:
+        if hints.get(name) is kind:
             return name
     return None
 
@@ -136,6 +137,54 @@ class RegisteredResource:
         return resource_contents(self.uri, self.mime_type, await _call(self.fn, kwargs))
 
 
+class ResourceNotFound(Exception):
+    """Raise it from a resource or resource template function to answer "resource not found"
+    — the error each protocol era defines for it (-32002 in the handshake era, -32602 in
+    2026-07-28), naming the URI read — instead of an internal error.
+
+    >>> from trio_mcp import Server
+    >>> server = Server("files")
+    >>> @server.resource("file:///{name}")
+    ... def read(name: str) -> str:
+    ...     if name != "readme":
+    ...         raise ResourceNotFound(f"file:///{name}")
+    ...     return "Read me first."
+    """
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(f"Resource not found: {uri}")
+        self.uri = uri
+
+
+def _check_template_parameters(
+    uri_template: str, fn: Callable[..., Any], variables: tuple[str, ...], context: str | None
+) -> None:
+    """Refuse, at registration, a template function that could not be called with the
+    template's variables: each ``{variable}`` is a parameter (or goes to ``**kwargs``), and
+    each parameter without a default is a variable (or the Context)."""
+    parameters = inspect.signature(fn).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    missing = [v for v in variables if v not in parameters and not takes_any]
+    if missing:
+        names = ", ".join(f"{{{v}}}" for v in missing)
+        raise ValueError(
+            f"resource template {uri_template!r}: {fn.__qualname__}() has no parameter for {names}"
+        )
+    unfilled = [
+        name
+        for name, p in parameters.items()
+        if name not in variables
+        and name != context
+        and p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    ]
+    if unfilled:
+        raise ValueError(
+            f"resource template {uri_template!r} has no {{variable}} for parameter(s) "
+            f"{', '.join(unfilled)} of {fn.__qualname__}() (give them defaults, or name them in the URI)"
+        )
+
+
 @attrs.frozen
 class RegisteredTemplate:
     """Resources at URIs matching an RFC 6570 level-1 template, ``test://template/{id}/data``:
@@ -161,6 +210,7 @@ class RegisteredTemplate:
             for part in re.split(r"(\{[A-Za-z_][A-Za-z0-9_]*\})", uri_template)
         )
         name, context = fields.pop("name"), find_context_param(fn)
+        _check_template_parameters(uri_template, fn, variables, context)
         return cls(uri_template, name, fn, context, re.compile(regex), variables, **fields)
 
     def wire(self) -> dict[str, Any]:

@@ -42,6 +42,7 @@ def __getattr__(name: str) -> Any:
         return RedisTaskStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "DurableTaskStore",
     "InvalidCursor",
