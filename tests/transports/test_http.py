@@ -1245,3 +1245,25 @@ def test_reference_sdk_client_over_streamable_http(probe: Probe) -> None:
     finally:
         trio.from_thread.run_sync(scope.cancel, trio_token=token)
         thread.join(timeout=10)
+
+
+async def test_a_null_argument_travels_without_its_mcp_param_header() -> None:
+    # SEP-2243: an argument marked x-mcp-header goes in an Mcp-Param-* header too, but a null
+    # one is omitted by the client (ours and the spec's); the server must not require it.
+    server = Server("headers")
+
+    async def regional(region: str | None = None) -> str:
+        return f"region {region}"
+
+    server.add_tool(
+        regional,
+        input_schema={
+            "type": "object",
+            "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+        },
+    )
+    with trio.fail_after(10):
+        async with serving(server) as endpoint, connect_http(endpoint, protocol=MODERN) as client:
+            await client.list_tools()  # what the client learns its headers from
+            assert (await client.call_tool("regional", {"region": None})).text == "region None"
+            assert (await client.call_tool("regional", {"region": "eu"})).text == "region eu"

@@ -1045,6 +1045,8 @@ class McpHttpApp:
                 or argument not in arguments
             ):
                 continue
+            if arguments[argument] is None:
+                continue  # a null argument travels without its header (the spec: a client omits it)
             header = one(f"mcp-param-{header_name.lower()}")
             if header is None:
                 return ErrorValue(HEADER_MISMATCH, f"Header mismatch: missing Mcp-Param-{header_name} header")
