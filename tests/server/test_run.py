@@ -4,10 +4,13 @@ a server file written like the README's serves stdio, WebSocket and HTTP by its 
 from __future__ import annotations
 
 import json
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
 
@@ -200,3 +203,60 @@ def test_under_tune_gc_no_collection_scans_more_than_two_young_generations() -> 
     seen = json.loads(done.stdout)
     assert seen["largest"] <= 2 * seen["threshold"] + 1000
     assert seen["full"] == 0
+
+
+def test_sigterm_over_http_lets_a_request_in_flight_finish(tmp_path: Path) -> None:
+    # server.run() over HTTP stops as trio-mcp serve does: the listener stops first, a
+    # request in flight finishes within the grace (it is not cut with -32603), exit 0.
+    path = readme_server(tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, str(path), "--http", "127.0.0.1:0"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    seen = b""
+    try:
+        while (match := re.search(rb"http://127\.0\.0\.1:(\d+)/mcp", seen)) is None:
+            chunk = process.stderr.read1(4096)
+            assert chunk, seen
+            seen += chunk
+        url = match.group(0).decode()
+
+        envelope = {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        }
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "sleep", "arguments": {"seconds": 1.0}, "_meta": envelope},
+        }
+        headers = {
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": "2026-07-28",
+            "mcp-method": "tools/call",
+            "mcp-name": "sleep",
+        }
+
+        async def main() -> str:
+            async with httpx.AsyncClient(timeout=15) as http, trio.open_nursery() as nursery:
+                answer: list[str] = []
+
+                async def call() -> None:
+                    response = await http.post(url, json=body, headers=headers)
+                    answer.append(response.text)
+
+                nursery.start_soon(call)
+                await trio.sleep(0.3)
+                process.send_signal(signal.SIGTERM)
+            return answer[0]
+
+        assert "slept 1.0s" in trio.run(main)
+        assert process.wait(timeout=15) == 0
+    finally:
+        process.kill()
+        process.wait()

@@ -814,17 +814,30 @@ class Server:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with self.open() as runtime, trio.open_nursery() as nursery:
 
+                listening = trio.CancelScope()
+                stopped = trio.Event()
+
                 async def serve() -> None:
-                    if options.listen is None:
-                        async with open_stdio_transport() as transport:
-                            await runtime.serve(transport)
-                    else:
-                        await _listen(runtime, options)
-                    nursery.cancel_scope.cancel()
+                    try:
+                        with listening:
+                            if options.listen is None:
+                                async with open_stdio_transport() as transport:
+                                    await runtime.serve(transport)
+                            else:
+                                await _listen(runtime, options)
+                    finally:
+                        stopped.set()
+                    if not listening.cancel_called:
+                        nursery.cancel_scope.cancel()
 
                 nursery.start_soon(serve)
                 async for signum in signals:
                     log.info("signal %d: shutting down", signum)
+                    if options.transport == "http":
+                        # serve_http stops gracefully when cancelled: no new requests (503),
+                        # those in flight get their grace, then -32603; it returns when done.
+                        listening.cancel()
+                        await stopped.wait()
                     await runtime.shutdown()
                     nursery.cancel_scope.cancel()
                     break
