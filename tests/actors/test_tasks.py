@@ -276,6 +276,23 @@ async def test_expiry_cancels_running_work_and_answers_waiters(probe: Probe, aut
         assert len(harness.runtime.supervisor.store) == 0
 
 
+async def test_a_task_asked_for_after_it_expired_says_it_expired(probe: Probe, autojump_clock: Any) -> None:
+    # Not "Task not found": the client learns its result was kept too short a time. To another
+    # owner it is still simply not found.
+    async with clients(make_server(probe), count=2) as (harness, [alice, mallory]):
+        task = (await alice.call_tool_as_task("echo", {"text": "hi"}, ttl_ms=10_000)).task
+        await trio.sleep(11)
+        await harness.settle()
+        for attempt in (alice.get_task, alice.task_result, alice.cancel_task):
+            assert (
+                await error_of(attempt(task.task_id))
+            ).message == "Failed to retrieve task: Task has expired"
+        for attempt in (mallory.get_task, mallory.task_result, mallory.cancel_task):
+            assert (
+                await error_of(attempt(task.task_id))
+            ).message == "Failed to retrieve task: Task not found"
+
+
 async def test_other_owners_cannot_see_or_touch_a_task(probe: Probe, autojump_clock: Any) -> None:
     async with clients(make_server(probe), count=2) as (_harness, [alice, mallory]):
         task = (await alice.call_tool_as_task("wait", {"seconds": 50})).task

@@ -514,7 +514,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             if self._peek is not None:
                 record = self._peek(message.task_id)
                 if record is None or record.owner != message.owner or record.is_terminal:
-                    self._answer_record(record, message.owner, inner)
+                    self._answer_record(message.task_id, record, message.owner, inner)
                     return
         self.mailbox.put(message)
 
@@ -534,10 +534,17 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             return actor.current()
         if self._peek is not None:
             record = self._peek(task_id)
-            if record is None or record.owner != owner:
+            if record is None:
+                return self._missing(task_id, owner)
+            if record.owner != owner:
                 return NOT_FOUND
             return record
         return None
+
+    def _missing(self, task_id: str, owner: str) -> ErrorValue:
+        """The answer for a task of ``owner`` that is not here: it expired lately, or it is
+        not found."""
+        return EXPIRED if self.table.was_expired(task_id, owner) else NOT_FOUND
 
     def start_work(self, owner: str, task_id: str) -> None:
         """Start a created task's work now (its creator has answered with the task); nothing if
@@ -552,13 +559,19 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         nursery.start_soon(actor.run_work, self._crash_reporter, name=actor.record.task_id)
 
     def _answer_record(
-        self, record: TaskRecord | None, owner: str, inner: Poll | AwaitResult | Cancel | ProvideInput
+        self,
+        task_id: str,
+        record: TaskRecord | None,
+        owner: str,
+        inner: Poll | AwaitResult | Cancel | ProvideInput,
     ) -> None:
         """Answer, without waiting, a message about a task with no actor here: from its record
         when that is final (or for a Poll), or as missing. Both :meth:`deliver` and
         :meth:`_route` (after a store read) use it."""
-        if record is None or record.owner != owner:
-            inner.reply.fail_value(NOT_FOUND)
+        if record is None:
+            inner.reply.fail_value(self._missing(task_id, owner))
+        elif record.owner != owner:
+            inner.reply.fail_value(NOT_FOUND)  # foreign tasks look exactly like missing ones
         elif isinstance(inner, Poll | ProvideInput):
             inner.reply.send(record)  # answers for no one waiting are ignored
         elif isinstance(inner, AwaitResult):
@@ -575,7 +588,9 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         actor = self._actors.get(message.task_id)
         if actor is None or actor.record.owner != message.owner:
             if not isinstance(inner, Start):  # else: removed before it could start
-                inner.reply.fail_value(NOT_FOUND)  # foreign tasks look exactly like missing ones
+                # foreign tasks look exactly like missing ones
+                missing = self._missing(message.task_id, message.owner) if actor is None else NOT_FOUND
+                inner.reply.fail_value(missing)
         elif isinstance(inner, Start):
             assert self._nursery is not None
             self._spawn_work(self._nursery, actor)
@@ -607,7 +622,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self._route_live(message)
             return
         if record is None or record.owner != message.owner or record.is_terminal or isinstance(inner, Poll):
-            self._answer_record(record, message.owner, inner)
+            self._answer_record(message.task_id, record, message.owner, inner)
         elif isinstance(inner, AwaitResult):  # it runs elsewhere and has not ended
             if self._shared is not None:  # in another process: wait for its news
                 waiting = self._remote_waiters.setdefault(record.task_id, [])
@@ -788,10 +803,12 @@ class TaskSupervisor(Actor[SupervisorMessage]):
 
     def _forget_task(self, task_id: str, error: ErrorValue) -> TaskActor | None:
         """A removal's first half: the task leaves the supervisor's tables, its actor (if it
-        has one here) is stopped with ``error``."""
+        has one here) is stopped with ``error``; an expired one is remembered as expired."""
         self._watchers.pop(task_id, None)
         actor = self._actors.pop(task_id, None)
-        self.table.remove(task_id)
+        owner = self.table.remove(task_id)
+        if error is EXPIRED and owner is not None:
+            self.table.expired(task_id, owner)
         if actor is not None:
             self._deliver(actor, Stop(error))
         return actor

@@ -113,6 +113,7 @@ class TaskTable:
         "_bytes_of",
         "_client_kept",
         "_client_live",
+        "_expired",
         "_expiries",
         "_kept",
         "_live",
@@ -141,6 +142,9 @@ class TaskTable:
         self._owner_bytes: dict[str, int] = {}
         self._bytes = 0
         self._expiries = Expiries()
+        # The last EXPIRED_MEMORY tasks that expired (id -> owner), so that asking for one
+        # says it expired rather than that it never was.
+        self._expired: dict[str, str] = {}
 
     def __len__(self) -> int:
         """Tasks kept."""
@@ -298,6 +302,25 @@ class TaskTable:
         self._expiries.compact(self._owner_of)
         return owner
 
+    def expired(self, task_id: str, owner: str) -> None:
+        """``task_id`` (of ``owner``) expired and was removed: remember it (the last
+        :data:`EXPIRED_MEMORY` of them), for :meth:`was_expired`."""
+        expired = self._expired
+        expired[task_id] = owner
+        if len(expired) > EXPIRED_MEMORY:
+            del expired[next(iter(expired))]
+
+    def was_expired(self, task_id: str, owner: str) -> bool:
+        """Whether ``owner``'s task ``task_id`` expired lately (a task of another owner never
+        did, as far as ``owner`` can tell: foreign tasks look exactly like missing ones).
+
+        >>> table = TaskTable()
+        >>> table.expired("t1", "alice")
+        >>> table.was_expired("t1", "alice"), table.was_expired("t1", "mallory")
+        (True, False)
+        """
+        return self._expired.get(task_id) == owner
+
     def pop_due(self, now: float) -> list[str]:
         """The kept tasks due at ``now`` (each handed back once); the caller removes them."""
         kept = self._owner_of
@@ -305,6 +328,10 @@ class TaskTable:
         self._expiries.compact(kept)
         return due
 
+
+EXPIRED_MEMORY = 10_000
+"""Expired task ids a table remembers (about 100 bytes each), so that a late poll of one is
+told it expired rather than that it never was."""
 
 _FROM_CLIENTS = "\x00from clients: "
 """Prefix of the count of an owner's live tasks made from clients (in ``_account_live``)."""
