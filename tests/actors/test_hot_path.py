@@ -41,6 +41,7 @@ from trio_mcp.actors._calls import ToolRun
 from trio_mcp.actors._receiver import Started
 from trio_mcp.actors.runtime import Reply
 from trio_mcp.actors.supervisor import (
+    EXPIRED,
     NOT_FOUND,
     CreateTask,
     ListTasks,
@@ -485,7 +486,8 @@ async def test_an_expired_task_leaves_the_memory_store_without_its_async_delete(
         supervisor.start_work("alice", record.task_id)
         await trio.sleep(1.5)  # past its TTL: expired, its work cancelled, its record gone
         assert store.peek(record.task_id) is None and len(store) == 0
-        assert supervisor.current("alice", record.task_id) is NOT_FOUND
+        assert supervisor.current("alice", record.task_id) is EXPIRED
+        assert supervisor.current("mallory", record.task_id) is NOT_FOUND
         assert supervisor.live_count("alice") == 0
         nursery.cancel_scope.cancel()
 
