@@ -34,7 +34,7 @@ from ._calls import InputNeeded, Scope, ToolCall, ToolEntry, ToolRun
 from ._dispatch import GATED_METHODS, HANDLERS, REQUIRED_INPUT_ROUNDS, Listener, Service, answer_of, unoffered
 from ._endpoint import OVERLOADED, ConnectionClosed, Endpoint
 from ._receiver import Rendered, Started, TaskReceiver, encode_answer
-from ._request import InboundRequest
+from ._request import InboundRequest, current_request
 from ._requestor import TaskRequestor
 from .runtime import MailboxFull, Reply
 from .supervisor import Remove, TaskSupervisor
@@ -378,6 +378,7 @@ class SessionActor(Endpoint):
         through; a task creation (``counted``) is, until its answer is written."""
         if counted and not self._admit(request):
             return
+        token = current_request.set(request)  # what a task made now was made for (telemetry)
         try:
             started = handler(self, command, scope, request)
         except MailboxFull:
@@ -385,6 +386,8 @@ class SessionActor(Endpoint):
         except Exception as exc:  # a bug: answer it, keep the connection
             log.error("starting %s failed: %r", request.message.method, exc, exc_info=exc)
             started = ErrorValue(INTERNAL_ERROR, f"Internal error: {exc}")
+        finally:
+            current_request.reset(token)
         if not isinstance(started, Started):  # answered without asking
             code = started.code if isinstance(started, ErrorValue) else None
             if not self._queue_answer(request, encode_answer(request.id, started), code) and counted:
