@@ -813,7 +813,6 @@ class Server:
             self.store_factory = store_from_url(options.store)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with self.open() as runtime, trio.open_nursery() as nursery:
-
                 listening = trio.CancelScope()
                 stopped = trio.Event()
 
