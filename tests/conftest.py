@@ -139,12 +139,15 @@ def exception_leaves(error: BaseException) -> list[BaseException]:
 
 
 def run_on_asyncio(main: Callable[[], Awaitable[None]]) -> None:
-    """``anyio.run(main, backend="asyncio")``; a lone exception wrapped in (nested) groups by the
-    SDK's task groups, e.g. a failed assertion, is re-raised unwrapped."""
+    """``anyio.run(main, backend="asyncio")`` on a plain asyncio loop (trio-asyncio, once another
+    test imported it, would make ``new_event_loop()`` its own); a lone exception wrapped in
+    (nested) groups by the SDK's task groups, e.g. a failed assertion, is re-raised unwrapped."""
+    import asyncio
+
     import anyio
 
     try:
-        anyio.run(main, backend="asyncio")
+        anyio.run(main, backend="asyncio", backend_options={"loop_factory": asyncio.SelectorEventLoop})
     except BaseExceptionGroup as group:
         leaves = exception_leaves(group)
         if len(leaves) == 1:

@@ -3,6 +3,7 @@ the server's elicitation (sent while its ``tasks/result`` is open) through its o
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,7 @@ def test_sdk_client_answers_elicitation_of_a_task() -> None:
                 assert (await session.experimental.get_task(task_id)).status == "completed"
                 assert statuses == ["input_required", "working", "completed"]
 
-    anyio.run(main, backend="asyncio")
+    anyio.run(main, backend="asyncio", backend_options={"loop_factory": asyncio.SelectorEventLoop})
     [request] = seen
     assert request.message == "Favourite colour?"
     assert request.meta is not None

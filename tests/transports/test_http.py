@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections import defaultdict
@@ -1241,7 +1242,7 @@ def test_reference_sdk_client_over_streamable_http(probe: Probe) -> None:
                 )
 
     try:
-        anyio.run(main, backend="asyncio")
+        anyio.run(main, backend="asyncio", backend_options={"loop_factory": asyncio.SelectorEventLoop})
     finally:
         trio.from_thread.run_sync(scope.cancel, trio_token=token)
         thread.join(timeout=10)
