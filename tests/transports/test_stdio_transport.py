@@ -17,6 +17,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trio_mcp.protocol import jsonrpc
 from trio_mcp.transports.base import MessageTooLarge, Transport
 from trio_mcp.transports.stdio import (
     RECEIVE_CHUNK_SIZE,
@@ -665,3 +666,18 @@ async def test_send_many_writes_every_message_framed_in_one_write() -> None:
     assert len(writes) == 1  # nothing of a refused batch is written
     await transport.send_many([])
     assert len(writes) == 1  # no messages: nothing written (not even a blank line)
+
+
+async def test_receive_hands_on_parsed_messages_and_unreadable_values() -> None:
+    # What the runtime reads: a message parsed once, input that is not one as a value to
+    # answer, a line over the limit skipped and reported once; the next line still comes.
+    ping = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
+    transport, _ = scripted([ping + b"\nnot json\n" + b"x" * 70 + b"\n" + ping + b"\n"], max_message_size=60)
+    first = await transport.receive()
+    assert isinstance(first, jsonrpc.Request) and first.method == "ping"
+    garbage = await transport.receive()
+    assert isinstance(garbage, jsonrpc.Unreadable) and garbage.response.error.code == -32700
+    oversized = await transport.receive()
+    assert isinstance(oversized, jsonrpc.Unreadable) and "60 byte limit" in oversized.response.error.message
+    again = await transport.receive()
+    assert isinstance(again, jsonrpc.Request) and again.id == 1

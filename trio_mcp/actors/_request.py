@@ -57,8 +57,9 @@ class InboundRequest:
 
     ``stage`` goes ``admitted`` → ``answered`` → ``written`` (or ``dropped`` from either of
     the first two); each stage is reported once to ``observer``. The request is itself the
-    ``on_written`` callback of its answer (calling it marks it written, then runs
-    :attr:`after_written`): one object per request, nothing more on the hot path.
+    ``on_written`` callback of its answer when anything waits for that write (calling it
+    marks it written, then runs :attr:`after_written`): one object per request, nothing more
+    on the hot path.
     """
 
     __slots__ = ("after_written", "hidden", "message", "observer", "serving", "stage")
@@ -90,15 +91,21 @@ class InboundRequest:
         context.run(current_request.set, self)
         return context.run(fn, *args)
 
-    def queue(self, post: Callable[[bytes, Callable[[], None]], bool], data: bytes, code: int | None) -> bool:
+    def queue(
+        self, post: Callable[[bytes, Callable[[], None] | None], bool], data: bytes, code: int | None
+    ) -> bool:
         """Answer: queue ``data`` with ``post`` (the request is its ``on_written``), marking
         it answered (``code``: the error it carries); False, and dropped, if ``post``
         refused it (the connection closed)."""
+        observer = self.observer
         if self.stage is ADMITTED:
             self.stage = ANSWERED
-            if self.observer is not None:
-                self.observer.answered(self, code)
-        if post(data, self):
+            if observer is not None:
+                observer.answered(self, code)
+        # Its own on_written only when something waits for the write (nothing, for most
+        # quick answers: no callback to run then).
+        needed = observer is not None or self.after_written is not None or self.hidden is not None
+        if post(data, self if needed else None):
             return True
         self.after_written = None
         self.dropped()

@@ -378,7 +378,8 @@ class SessionActor(Endpoint):
         through; a task creation (``counted``) is, until its answer is written."""
         if counted and not self._admit(request):
             return
-        token = current_request.set(request)  # what a task made now was made for (telemetry)
+        # A creation runs in its request's context: what a task made now was made for.
+        token = current_request.set(request) if counted else None
         try:
             started = handler(self, command, scope, request)
         except MailboxFull:
@@ -387,7 +388,8 @@ class SessionActor(Endpoint):
             log.error("starting %s failed: %r", request.message.method, exc, exc_info=exc)
             started = ErrorValue(INTERNAL_ERROR, f"Internal error: {exc}")
         finally:
-            current_request.reset(token)
+            if token is not None:
+                current_request.reset(token)
         if not isinstance(started, Started):  # answered without asking
             code = started.code if isinstance(started, ErrorValue) else None
             if not self._queue_answer(request, encode_answer(request.id, started), code) and counted:

@@ -186,6 +186,24 @@ class StreamTransport(trio.abc.AsyncResource):
 
     async def receive(self) -> jsonrpc.Received:
         """The next message, parsed (see :meth:`receive_line` for what raises)."""
+        # receive_line's commonest case, read here too (a whole line of the current chunk):
+        # a message already buffered costs no second coroutine.
+        if not self._receiving and not self._closed:
+            chunk = self._chunk
+            pos = self._pos
+            nl = chunk.find(_NEWLINE, pos)
+            if (
+                nl > pos
+                and nl - pos <= self.max_message_size
+                and chunk[nl - 1] != _CR
+                and not self._partial
+                and not self._discarding
+            ):
+                found = chunk[pos:nl]
+                if not found.isspace():
+                    await trio.lowlevel.checkpoint_if_cancelled()
+                    self._pos = nl + 1
+                    return jsonrpc.read(found)
         try:
             line = await self.receive_line()
         except MessageTooLarge as exc:
