@@ -3,9 +3,10 @@
 A dialect turns a request into a command (and a scope: how its era writes answers); the
 command's :class:`~trio_mcp.protocol.commands.Serving` says how it is served; :data:`HANDLERS`
 — one table for both eras — says by what. Whoever serves requests (a connection's
-:class:`~trio_mcp.actors._session.SessionActor`, or :func:`serve_one` for one stateless
-request) carries out the serving kind — admission, a Trio task of its own, answering from a
-reply's continuation — and calls the handler; a handler knows nothing of connections.
+:class:`~trio_mcp.actors._session.SessionActor`, or
+:meth:`~trio_mcp.actors._oneshot.Stateless.serve_one` for one stateless request) carries out
+the serving kind — admission, a Trio task of its own, answering from a reply's continuation —
+and calls the handler; a handler knows nothing of connections.
 
 A handler is called as ``handler(host, command, scope, request)``:
 

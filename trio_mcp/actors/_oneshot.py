@@ -71,7 +71,7 @@ class _Exchange:
     @property
     def client_tasks(self) -> TaskRequestor:
         if self._client_tasks is None:
-            self._client_tasks = TaskRequestor(self)  # type: ignore[arg-type]
+            self._client_tasks = TaskRequestor(self)
         return self._client_tasks
 
     def notify(self, method: str, params: dict[str, Any] | None = None) -> bool:

@@ -1,6 +1,6 @@
 """One request's life in the runtime: admitted → answered → written, in one context.
 
-Each request a session (or :func:`~trio_mcp.actors._oneshot.serve_one`) takes gets an
+Each request a session (or :meth:`~trio_mcp.actors._oneshot.Stateless.serve_one`) takes gets an
 :class:`InboundRequest`. Work that waits — a call in a Trio task of its own, the tool it runs —
 runs in the request's context (:meth:`InboundRequest.run`), in which :data:`current_request`
 is the request itself, so one request's work can carry a trace span or any context variable.

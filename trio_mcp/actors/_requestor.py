@@ -4,20 +4,25 @@ tool-call tasks, and a server following the tasks its client runs for it."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
 from ..protocol.converter import structure
 from ..protocol.messages import CreateTaskResult, ListTasksResult, Task
 from ..protocol.tasks import TaskStatus
-from ._endpoint import Endpoint
+
+
+class Requester(Protocol):
+    """Whatever sends requests to the peer and waits for their results (an endpoint)."""
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]: ...
 
 
 class TaskRequestor:
     """``tasks/*`` requests to a peer over ``endpoint``."""
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: Requester) -> None:
         self.endpoint = endpoint
 
     async def create(
