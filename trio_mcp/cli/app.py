@@ -297,6 +297,7 @@ def cli() -> None:
       trio-mcp tools "python examples/demo_server.py"
       trio-mcp call "python examples/demo_server.py" sleep seconds=3 --task
       trio-mcp tasks list ws://127.0.0.1:8765 --token s3cret
+      trio-mcp auth login https://mcp.example.com/mcp
     """
 
 
@@ -1156,6 +1157,193 @@ def tasks_cancel(
             dump_json(wire(task))
         else:
             stdout_console().print(task_line(task))
+        return ExitCode.OK
+
+    _execute(body)
+
+
+# ------------------------------------------------------------------------------------- auth
+
+EXIT_CODES_AUTH = exit_codes(
+    (ExitCode.OK, "success"),
+    (ExitCode.USAGE, "usage error: bad option or value, not an http:// or https:// URL"),
+    (
+        ExitCode.CONNECTION,
+        "login: the server or its authorization server could not be reached, or the authorization "
+        "failed or did not come back in time",
+    ),
+    (ExitCode.INTERRUPTED, _INTERRUPTED),
+)
+
+
+def _http_url(url: str) -> str:
+    url = url.strip()
+    if not url.lower().startswith(("http://", "https://")):
+        raise click.BadParameter(
+            f"not an http:// or https:// URL: {url!r} (OAuth is for MCP servers over HTTP, "
+            "e.g. https://mcp.example.com/mcp)",
+            param_hint="URL",
+        )
+    return url
+
+
+@cli.group(epilog=EXIT_CODES_AUTH)
+def auth() -> None:
+    """Log in to MCP servers over HTTP that use OAuth 2.1, and manage the stored tokens.
+
+    `auth login URL` runs the authorization in your browser and stores the tokens in
+    $XDG_CONFIG_HOME/trio-mcp/oauth.json (~/.config/...; mode 0600). `call`, `tools` and
+    `tasks` then use them (refreshing them when they expire) for that URL when no --token is
+    given.
+
+    \b
+    Examples:
+      trio-mcp auth login https://mcp.example.com/mcp
+      trio-mcp auth status
+      trio-mcp auth logout https://mcp.example.com/mcp
+    """
+
+
+@auth.command("login", epilog=EXIT_CODES_AUTH)
+@click.argument("url")
+@click.option(
+    "--no-browser",
+    is_flag=True,
+    help="Only print the authorization URL (e.g. over SSH: open it where you have a browser that "
+    "can reach this machine's 127.0.0.1:PORT).",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=33418,
+    show_default=True,
+    help="The loopback port the browser is sent back to (http://127.0.0.1:PORT/callback).",
+)
+@click.option(
+    "--timeout",
+    type=DURATION,
+    default="5m",
+    show_default=True,
+    metavar="DURATION",
+    help="How long to wait for the authorization to come back from the browser.",
+)
+def auth_login(url: str, no_browser: bool, port: int, timeout: int) -> None:
+    """Log in to the MCP server at URL and store its tokens.
+
+    Discovers the server's authorization server, registers this client with it, opens the
+    authorization page in a browser (the URL is printed too) and waits for it to redirect back
+    to http://127.0.0.1:PORT/callback; the tokens are then stored for URL. Logging in again
+    replaces them.
+
+    \b
+    Examples:
+      trio-mcp auth login https://mcp.example.com/mcp
+      trio-mcp auth login http://127.0.0.1:8000/mcp --no-browser --port 8765
+    """
+    from ..client.auth import FileTokenStore, canonical_resource
+    from .auth import describe, login_oauth, registered_port, when
+    from .runner import _open_http
+
+    target = _http_url(url)
+
+    async def body(interrupts: Interrupts) -> int:
+        store = FileTokenStore()
+        key = canonical_resource(target)
+        record = await store.load(key)
+        if record is not None:  # a fresh login; the client registration is kept if it fits --port
+            record.pop("tokens", None)
+            if registered_port(record) not in (None, port):
+                record.pop("clients", None)  # registered for another redirect URI: register anew
+            await store.save(key, record)
+        oauth = login_oauth(port=port, browser=not no_browser, store=store, timeout=timeout / 1000)
+        # The handshake waits for the browser: longer than the authorizer, whose error says why.
+        async with _open_http(target, token=None, connect_timeout=timeout / 1000 + 30, auth=oauth):
+            pass
+        record = await store.load(key)
+        err = stderr_console()
+        if not record or not (record.get("tokens") or {}).get("access_token"):
+            err.print(f"{escape(target)} did not ask for authorization: nothing to store.")
+            return ExitCode.OK
+        shown = describe(key, record)
+        scopes = " ".join(shown["scopes"]) or "none"
+        err.print(
+            f"[bold green]Logged in[/] to {escape(key)} (issuer {escape(str(shown['issuer']))}; "
+            f"scopes: {escape(scopes)}; {when(shown['expires_at'])})."
+        )
+        err.print(f"Tokens stored in {escape(str(store.path))}.")
+        return ExitCode.OK
+
+    _execute(body)
+
+
+@auth.command("status", epilog=EXIT_CODES_AUTH)
+@click.argument("url", required=False)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: one line per server; json: machine-readable JSON on stdout.",
+)
+def auth_status(url: str | None, output: str) -> None:
+    """Show what is stored: for each server (or URL), its issuer, scopes and expiry.
+
+    Tokens themselves are never shown. An expired token with a refresh token is refreshed the
+    next time it is used.
+
+    \b
+    Examples:
+      trio-mcp auth status
+      trio-mcp auth status https://mcp.example.com/mcp -o json
+    """
+    from ..client.auth import FileTokenStore, canonical_resource
+    from .auth import describe, stored_records, when
+
+    store = FileTokenStore()
+    records = stored_records(store)
+    if url is not None:
+        key = canonical_resource(_http_url(url))
+        records = {key: records[key]} if key in records else {}
+    shown = [describe(server, record) for server, record in sorted(records.items())]
+    shown = [entry for entry in shown if entry["logged_in"]]
+    if output == "json":
+        dump_json(shown)
+        raise SystemExit(ExitCode.OK)
+    out = stdout_console()
+    if not shown:
+        where = f"for {url.strip()}" if url is not None else f"in {store.path}"
+        out.print(f"Not logged in: no tokens stored {escape(where)}.")
+        raise SystemExit(ExitCode.OK)
+    for entry in shown:
+        scopes = " ".join(entry["scopes"]) or "none"
+        refresh = ", refreshable" if entry["refreshable"] else ""
+        out.print(
+            f"{escape(entry['server'])}: issuer {escape(str(entry['issuer']))}; scopes: {escape(scopes)}; "
+            f"{when(entry['expires_at'])}{refresh}"
+        )
+    raise SystemExit(ExitCode.OK)
+
+
+@auth.command("logout", epilog=EXIT_CODES_AUTH)
+@click.argument("url")
+def auth_logout(url: str) -> None:
+    """Forget the tokens (and the client registration) stored for the MCP server at URL.
+
+    \b
+    Examples:
+      trio-mcp auth logout https://mcp.example.com/mcp
+    """
+    from ..client.auth import FileTokenStore, canonical_resource
+
+    store = FileTokenStore()
+    key = canonical_resource(_http_url(url))
+
+    async def body(interrupts: Interrupts) -> int:
+        known = await store.load(key) is not None
+        await store.delete(key)
+        message = f"Logged out of {key}." if known else f"Nothing was stored for {key}."
+        stderr_console().print(escape(message))
         return ExitCode.OK
 
     _execute(body)

@@ -13,9 +13,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import attrs
+import httpx
 import trio
 
-from ..client import Client, ConnectionClosed, ElicitationHandler, connect
+from ..client import Client, ConnectionClosed, ElicitationHandler, HttpTransport, connect
 from ..protocol.errors import McpError
 from ..protocol.versions import LATEST_VERSION
 from ..transports.stdio import SubprocessTransport, open_subprocess_transport
@@ -114,19 +115,28 @@ def _body_text(body: object) -> str | None:
 
 
 def refusal_error(
-    where: str, status: int, *, token: str | None, detail: str | None = None, token_known: bool = True
+    where: str,
+    status: int,
+    *,
+    token: str | None,
+    detail: str | None = None,
+    token_known: bool = True,
+    login: str | None = None,
 ) -> CliError:
     """The error for a server that refused the connection with HTTP ``status`` (exit 3), in one
     line: ``ws://h:p/ refused the connection: 401 Unauthorized (a bearer token is required: ...)``.
     ``token``: the one sent (None: none; ``token_known=False``: not known whether one was sent).
-    ``detail``: what the server said (its body, or its JSON-RPC error's message), if anything."""
+    ``detail``: what the server said (its body, or its JSON-RPC error's message), if anything.
+    ``login``: the URL to give ``trio-mcp auth login`` (a 401 from a server using OAuth)."""
     try:
         phrase = http.HTTPStatus(status).phrase
     except ValueError:
         phrase = ""
     if detail and phrase and detail.lower().startswith(phrase.lower() + ":"):
         detail = detail[len(phrase) + 1 :].strip()  # "Forbidden: Origin not allowed"
-    if status == 401 and not token_known:
+    if status == 401 and login is not None:
+        why = f"it needs an OAuth login: run `trio-mcp auth login {login}`"
+    elif status == 401 and not token_known:
         why = "a valid bearer token is required: check --token or TRIO_MCP_TOKEN"
     elif status == 401:
         why = (
@@ -232,9 +242,11 @@ async def _handshake(
     protocol: str,
     refusal: Callable[[], tuple[int, str] | None] | None = None,
     token: str | None = None,
+    transport: HttpTransport | None = None,
 ) -> None:
     """``client.open(protocol)`` within ``limit`` seconds; failures become exit-3 errors.
-    ``refusal``: the HTTP refusal behind a JSON-RPC error, if any (HTTP targets)."""
+    ``refusal``: the HTTP refusal behind a JSON-RPC error, if any (HTTP targets);
+    ``transport``: the HTTP transport (its OAuth failure and its last challenge)."""
     try:
         with trio.fail_after(limit):
             await client.open(protocol)
@@ -257,10 +269,21 @@ async def _handshake(
             hint="see its error output above; run the command alone to check it starts",
         ) from None
     except McpError as exc:
+        if transport is not None and transport.auth_error is not None:
+            raise CliError(
+                ExitCode.CONNECTION,
+                f"{target}: OAuth authorization failed: {transport.auth_error}",
+            ) from None
         refused = refusal() if refusal is not None else None
         if refused is not None:
             status, detail = refused
-            raise refusal_error(target, status, token=token, detail=detail or None) from None
+            login = None
+            if status == 401 and token is None and transport is not None:
+                from .auth import asks_for_oauth
+
+                if await asks_for_oauth(transport.challenge):
+                    login = target.strip()
+            raise refusal_error(target, status, token=token, detail=detail or None, login=login) from None
         unreached = _http_failure(target, exc)
         if unreached is not None:
             raise unreached from None
@@ -307,8 +330,18 @@ async def open_target(
     if not (math.isfinite(connect_timeout) and connect_timeout > 0):
         raise CliError(ExitCode.USAGE, "--timeout must be positive")
     if _is_http(target):
+        auth = None
+        if token is None:  # no --token: the tokens of `trio-mcp auth login`, if any
+            from .auth import stored_oauth
+
+            auth = await stored_oauth(target.strip())
         async with _open_http(
-            target, token=token, connect_timeout=connect_timeout, on_elicit=on_elicit, protocol=protocol
+            target,
+            token=token,
+            connect_timeout=connect_timeout,
+            on_elicit=on_elicit,
+            protocol=protocol,
+            auth=auth,
         ) as client:
             yield client
         return
@@ -337,14 +370,18 @@ async def _open_http(
     connect_timeout: float,
     on_elicit: ElicitationHandler | None = None,
     protocol: str = LATEST_VERSION,
+    auth: httpx.Auth | None = None,
 ) -> AsyncIterator[Client]:
-    """A Client on an ``http://``/``https://`` MCP endpoint (``serve --http``: path ``/mcp``)."""
+    """A Client on an ``http://``/``https://`` MCP endpoint (``serve --http``: path ``/mcp``);
+    ``auth``: an OAuth flow (the stored tokens of ``trio-mcp auth login``)."""
     from ..client import open_http_transport
 
     entered = False
     try:
         async with (
-            open_http_transport(url.strip(), token=token, connect_timeout=connect_timeout) as transport,
+            open_http_transport(
+                url.strip(), token=token, connect_timeout=connect_timeout, auth=auth
+            ) as transport,
             connect(transport, initialize=False, on_elicit=on_elicit) as client,
         ):
             await _handshake(
@@ -355,6 +392,7 @@ async def _open_http(
                 protocol=protocol,
                 refusal=lambda: transport.refusal,
                 token=token,
+                transport=transport,
             )
             entered = True
             yield client
