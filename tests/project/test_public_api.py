@@ -100,6 +100,7 @@ PUBLIC_MODULES = [
     "trio_mcp.actors.trace",
     "trio_mcp.cli",
     "trio_mcp.cli.app",
+    "trio_mcp.cli.auth",
     "trio_mcp.cli.demo",
     "trio_mcp.cli.demo_server",
     "trio_mcp.cli.elicit",
