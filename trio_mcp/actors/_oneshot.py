@@ -30,9 +30,8 @@ from ..protocol import jsonrpc
 from ..protocol.commands import Command, Serving, serving_of
 from ..protocol.errors import INTERNAL_ERROR, INVALID_REQUEST, ErrorValue, McpError
 from ..protocol.handshake import HandshakeDialect
-from ..protocol.messages import TaskSupport
 from ..protocol.modern import ModernDialect, ModernScope, is_modern
-from ._dispatch import HANDLERS, Handler, Listener, Service, answer_of, unoffered
+from ._dispatch import HANDLERS, Handler, Listener, Service, answer_of, task_support_of, unoffered
 from ._receiver import Rendered, Started, TaskReceiver
 from ._request import InboundRequest, current_request
 from ._requestor import TaskRequestor
@@ -113,12 +112,9 @@ class Stateless:
         self.dialect = HandshakeDialect()
         """Never speaks (no handshake here): the task receiver's default renderer."""
         self.modern = ModernDialect(service.info, service.instructions)
+        self._tool_support = task_support_of(service)
         self._serving: set[_Exchange] = set()
         self._closing = False
-
-    def _tool_support(self, name: str) -> TaskSupport | None:
-        entry = self.service.tools.get(name)
-        return entry.task_support if entry is not None else None
 
     def _refused(self, message: jsonrpc.Request) -> ErrorValue | tuple[Command, ModernScope, Handler]:
         """What ``message`` asks and what serves it, or the error that refuses it."""

@@ -23,15 +23,23 @@ from typing import Any
 import trio
 
 from ..protocol import jsonrpc
-from ..protocol.commands import AwaitTaskResult, Serving, serving_of
+from ..protocol.commands import AwaitTaskResult, Command, Serving, serving_of
 from ..protocol.errors import INTERNAL_ERROR, INVALID_REQUEST, ErrorValue, McpError
 from ..protocol.handshake import HandshakeDialect
-from ..protocol.messages import TaskSupport
 from ..protocol.modern import ModernDialect, is_modern
 from ..protocol.records import TaskRecord
 from ..transports.base import Transport
 from ._calls import InputNeeded, Scope, ToolCall, ToolEntry, ToolRun
-from ._dispatch import GATED_METHODS, HANDLERS, REQUIRED_INPUT_ROUNDS, Listener, Service, answer_of, unoffered
+from ._dispatch import (
+    GATED_METHODS,
+    HANDLERS,
+    REQUIRED_INPUT_ROUNDS,
+    Listener,
+    Service,
+    answer_of,
+    task_support_of,
+    unoffered,
+)
 from ._endpoint import OVERLOADED, ConnectionClosed, Endpoint
 from ._receiver import Rendered, Started, TaskReceiver, encode_answer
 from ._request import InboundRequest, current_request
@@ -125,6 +133,7 @@ class SessionActor(Endpoint):
         """``resources/subscribe`` (handshake era)."""
         self.listeners: dict[jsonrpc.RequestId, Listener] = {}
         """Open ``subscriptions/listen`` streams."""
+        self._tool_support = task_support_of(service)
         self.receiver = TaskReceiver(self, supervisor, self.owner, self.dialect, client)
         self.client_tasks = TaskRequestor(self)
         """Follow the tasks this session's client runs for the server (see Context.elicit_task)."""
@@ -188,9 +197,17 @@ class SessionActor(Endpoint):
         owner would not do."""
         self.supervisor.mailbox.put(Remove(self.owner, task_id), system=True)
 
-    def _tool_support(self, name: str) -> TaskSupport | None:
-        entry = self.service.tools.get(name)
-        return entry.task_support if entry is not None else None
+    def _read(self, message: jsonrpc.Request, modern: bool) -> tuple[Command, Scope] | ErrorValue:
+        """What ``message`` asks, and how its era writes the answer; or the error to answer."""
+        if message.method in GATED_METHODS and (modern or self.dialect.initialized):
+            # A server that offers no resources (prompts, completion) does not have their methods.
+            refused = unoffered(self.service, message.method)
+            if refused is not None:
+                return refused
+        if modern:
+            return self.modern.interpret(message, self._tool_support)
+        command = self.dialect.interpret(message, self._tool_support)
+        return command if isinstance(command, ErrorValue) else (command, self.dialect)
 
     # -- dispatch -------------------------------------------------------------------------
     async def on_request(self, message: jsonrpc.Request) -> None:
@@ -198,28 +215,11 @@ class SessionActor(Endpoint):
         # (stateless); anything else is the handshake era of this connection.
         request = InboundRequest(message, self.service.request_observer)
         modern = is_modern(message.params)
-        scope: Scope
-        refused: ErrorValue | None = None
-        if message.method in GATED_METHODS and (modern or self.dialect.initialized):
-            # A server that offers no resources (prompts, completion) does not have their methods.
-            refused = unoffered(self.service, message.method)
-        if refused is not None:
-            pass
-        elif modern:
-            interpreted = self.modern.interpret(message, self._tool_support)
-            if isinstance(interpreted, ErrorValue):
-                refused = interpreted
-            else:
-                command, scope = interpreted
-        else:
-            read = self.dialect.interpret(message, self._tool_support)
-            if isinstance(read, ErrorValue):
-                refused = read
-            else:
-                command, scope = read, self.dialect
-        if refused is not None:
-            self._refuse(request, refused)
+        read = self._read(message, modern)
+        if isinstance(read, ErrorValue):
+            self._refuse(request, read)
             return
+        command, scope = read
         serving = request.serving = serving_of(command, modern)
         if serving is _RESULT:
             assert isinstance(command, AwaitTaskResult)
@@ -236,8 +236,8 @@ class SessionActor(Endpoint):
             self._spawn_answer(request, lambda: handler(self, command, scope, request))
 
     def _queue_answer(self, request: InboundRequest, data: bytes, error: int | None = None) -> bool:
-        """Queue ``request``'s answer; False (the request dropped) if the connection has
-        closed. The request is its answer's ``on_written``."""
+        """Queue ``request``'s answer (never waits); False (the request dropped) if the
+        connection has closed."""
         return request.queue(self.post, data, error)
 
     def _refuse(self, request: InboundRequest, error: ErrorValue) -> None:
