@@ -229,7 +229,7 @@ class SessionActor(Endpoint):
         if serving is _QUERY or serving is _CREATE:
             self._query(request, handler, command, scope, serving is _CREATE)
         elif serving is _NOW:
-            request.queue(self.post, encode_answer(message.id, handler(self, command, scope, request)), None)
+            self._queue_answer(request, encode_answer(message.id, handler(self, command, scope, request)))
         elif serving is _INLINE:
             await self._answer(request, lambda: handler(self, command, scope, request))
         elif self._admit_waiting(request):  # CALL, MAYBE_TASK: in a Trio task of their own
@@ -242,7 +242,7 @@ class SessionActor(Endpoint):
 
     def _refuse(self, request: InboundRequest, error: ErrorValue) -> None:
         """Answer ``request`` with ``error`` (queued: never waits)."""
-        request.queue(self.post, encode_answer(request.message.id, error), error.code)
+        self._queue_answer(request, encode_answer(request.message.id, error), error.code)
 
     async def _answer(self, request: InboundRequest, call: Call) -> bool:
         """Run ``call`` and queue its answer (:func:`answer_of`); ConnectionClosed if the
@@ -445,7 +445,7 @@ class SessionActor(Endpoint):
         created: str = value.task_id  # only a creation has something to do after its answer
         # A creation is counted (its slot, ``release``, is freed once its answer is written).
         request.after_written = functools.partial(self._creation_written, created)
-        if request.queue(self.post, data, None):
+        if self._queue_answer(request, data):
             # The work starts now: its status notifications queue behind its CreateTaskResult
             # (often into the same write). Until that answer is written the task is one the
             # client may never hear of: if the connection ends first, it is removed.

@@ -186,29 +186,38 @@ class StreamTransport(trio.abc.AsyncResource):
 
     async def receive(self) -> jsonrpc.Received:
         """The next message, parsed (see :meth:`receive_line` for what raises)."""
-        # receive_line's commonest case, read here too (a whole line of the current chunk):
-        # a message already buffered costs no second coroutine.
+        # receive_line's commonest case, taken here too: a message already buffered costs no
+        # second coroutine.
         if not self._receiving and not self._closed:
-            chunk = self._chunk
-            pos = self._pos
-            nl = chunk.find(_NEWLINE, pos)
-            if (
-                nl > pos
-                and nl - pos <= self.max_message_size
-                and chunk[nl - 1] != _CR
-                and not self._partial
-                and not self._discarding
-            ):
-                found = chunk[pos:nl]
-                if not found.isspace():
-                    await trio.lowlevel.checkpoint_if_cancelled()
-                    self._pos = nl + 1
-                    return jsonrpc.read(found)
+            await trio.lowlevel.checkpoint_if_cancelled()
+            found = self._whole_line()
+            if found is not None:
+                return jsonrpc.read(found)
         try:
             line = await self.receive_line()
         except MessageTooLarge as exc:
             return jsonrpc.too_large(exc.limit)
         return jsonrpc.read(line)
+
+    def _whole_line(self) -> bytes | None:
+        """The commonest case, taken: a whole LF-terminated line of the current chunk, with
+        nothing carried over and nothing being skipped. None for anything else (the loop of
+        :meth:`receive_line`). Never waits: callers checkpoint before it."""
+        chunk = self._chunk
+        pos = self._pos
+        nl = chunk.find(_NEWLINE, pos)
+        if (
+            nl > pos
+            and nl - pos <= self.max_message_size
+            and chunk[nl - 1] != _CR
+            and not self._partial
+            and not self._discarding
+        ):
+            found = chunk[pos:nl]
+            if not found.isspace():
+                self._pos = nl + 1
+                return found
+        return None
 
     async def receive_line(self) -> bytes:
         """Return the next non-blank line, without its terminator.
@@ -226,22 +235,9 @@ class StreamTransport(trio.abc.AsyncResource):
             raise trio.ClosedResourceError("transport was closed")
         # Cancellation point before any state changes, so a cancelled receive never loses a line.
         await trio.lowlevel.checkpoint_if_cancelled()
-        # The commonest case, read here: a whole LF-terminated line of the current chunk, with
-        # nothing carried over and nothing being skipped. Anything else takes the loop below.
-        chunk = self._chunk
-        pos = self._pos
-        nl = chunk.find(_NEWLINE, pos)
-        if (
-            nl > pos
-            and nl - pos <= self.max_message_size
-            and chunk[nl - 1] != _CR
-            and not self._partial
-            and not self._discarding
-        ):
-            found = chunk[pos:nl]
-            if not found.isspace():
-                self._pos = nl + 1
-                return found
+        found = self._whole_line()
+        if found is not None:
+            return found
         self._receiving = True
         try:
             while True:
