@@ -48,6 +48,18 @@ class ToolEntry(Protocol):
     def context_param(self) -> str | None:
         """The parameter the tool takes its Context by, if it takes one."""
 
+    @property
+    def retries(self) -> int:
+        """How many more runs a task of this tool gets when its process dies holding it."""
+
+    @property
+    def idempotent(self) -> bool:
+        """Its tasks may be run again after a crash however often it takes."""
+
+    @property
+    def scopes(self) -> tuple[str, ...]:
+        """OAuth scopes a caller must hold to call it."""
+
     def start(
         self, arguments: dict[str, Any] | None, call: ToolCall | None
     ) -> Awaitable[Any] | CallToolResult: ...

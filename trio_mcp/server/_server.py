@@ -106,6 +106,13 @@ class RegisteredTool:
     immediate_response: str | None = None
     wrappers: list[ToolWrapper] = attrs.field(factory=list, eq=False, repr=False)
     """Wrap the tool's running coroutine (telemetry, asyncio): the server's list, shared by its tools."""
+    retries: int = 0
+    """How many times a task of this tool may be run again after the process running it died
+    (work on a shared queue); 0: such a task ends ``failed``."""
+    idempotent: bool = False
+    """Running it again is harmless: its tasks are re-run after a crash however often it takes."""
+    scopes: tuple[str, ...] = ()
+    """OAuth scopes a caller's token must hold to call it (HTTP with a verifier)."""
     task_support: TaskSupport = attrs.field(init=False)
     """``tool.task_support``, read once (every call asks it)."""
 
@@ -351,6 +358,9 @@ class Server:
         annotations: dict[str, Any] | None = None,
         immediate_response: str | None = None,
         asyncio: bool = False,
+        retries: int = 0,
+        idempotent: bool = False,
+        scopes: Sequence[str] = (),
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -363,6 +373,9 @@ class Server:
         annotations: dict[str, Any] | None = None,
         immediate_response: str | None = None,
         asyncio: bool = False,
+        retries: int = 0,
+        idempotent: bool = False,
+        scopes: Sequence[str] = (),
     ) -> Callable[[F], F] | F:
         """Register an async function as a tool. Its ``inputSchema`` comes from its type hints;
         a parameter annotated :class:`Context` receives the call's context.
@@ -372,6 +385,11 @@ class Server:
         ``asyncio=True`` runs an ``async def`` written for asyncio (one awaiting an asyncio
         database driver or SDK client) on an asyncio loop inside Trio, through trio-asyncio
         (``pip install 'trio-mcp[asyncio]'``; see :meth:`add_tool`).
+
+        ``retries`` and ``idempotent`` say whether a task of this tool may run again when the
+        process running it dies (work shared through a Redis store): at most ``retries`` more
+        times, or always when ``idempotent``; other tools' tasks end ``failed`` instead.
+        ``scopes`` are the OAuth scopes a caller's token must hold (HTTP with a verifier).
 
         Use it as ``@server.tool()`` (with options) or bare, ``@server.tool``.
         """
@@ -390,6 +408,9 @@ class Server:
                 annotations=annotations,
                 immediate_response=immediate_response,
                 asyncio=asyncio,
+                retries=retries,
+                idempotent=idempotent,
+                scopes=scopes,
             )
             return fn
 
@@ -408,6 +429,9 @@ class Server:
         input_schema: dict[str, Any] | None = None,
         output_schema: dict[str, Any] | None = None,
         asyncio: bool = False,
+        retries: int = 0,
+        idempotent: bool = False,
+        scopes: Sequence[str] = (),
     ) -> RegisteredTool:
         """Register ``fn`` as a tool (see :meth:`tool`). ``input_schema`` replaces the schema
         made from the type hints and is sent exactly as given (any JSON Schema 2020-12, with
@@ -432,6 +456,10 @@ class Server:
         ...     await asyncio.sleep(seconds)  # any asyncio library: a driver, an SDK client
         ...     return "rested"
         """
+        if retries < 0:
+            raise ValueError(f"tool {fn.__qualname__}: retries must be 0 or more, not {retries}")
+        if isinstance(scopes, str):
+            raise TypeError(f"tool {fn.__qualname__}: scopes is a list of scope names, not one string")
         if asyncio:
             if not inspect.iscoroutinefunction(fn):
                 raise TypeError(
@@ -466,7 +494,17 @@ class Server:
             annotations=annotations,
             execution=ToolExecution(task_support=task_support),
         )
-        registered = RegisteredTool(tool, fn, spec, context_param, immediate_response, self._tool_wrappers)
+        registered = RegisteredTool(
+            tool,
+            fn,
+            spec,
+            context_param,
+            immediate_response,
+            self._tool_wrappers,
+            retries=retries,
+            idempotent=idempotent,
+            scopes=tuple(scopes),
+        )
         self.tools[tool_name] = registered
         self.notify_list_changed("tools")
         return registered
