@@ -11,6 +11,10 @@ Examples::
     python -m benchmarks --no-stores --no-http --no-ws --no-hardening --no-churn --scales 250,10000
                                               # peers, workloads 1-6 at two L, memory (~2 min)
     python -m benchmarks --no-peers           # without the TypeScript SDK and bare-Trio peers
+
+HTTP and WebSocket against the TypeScript SDK, the Python SDK 2.x under uvicorn and an
+h11-on-Trio floor are a separate run (``make bench`` runs both): ``python -m
+benchmarks.http_peers`` (``--help``; ``benchmarks/http_peers.py``).
 """
 
 from __future__ import annotations

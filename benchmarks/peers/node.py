@@ -23,6 +23,8 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache" / "bench"
 SERVER_SOURCE = Path(__file__).resolve().parent / "ts_tasks_server.mjs"
+HTTP_SERVER_SOURCE = Path(__file__).resolve().parent / "ts_http_server.mjs"
+"""The same tools over Streamable HTTP (``benchmarks/http_peers.py``)."""
 
 SDK = "@modelcontextprotocol/sdk"
 SDK_VERSION = "1.32.2"
@@ -63,15 +65,16 @@ def node_version(cache: Path = CACHE) -> str:
     return done.stdout.strip()
 
 
-def command(cache: Path = CACHE) -> list[str]:
-    """The argv that starts the TypeScript SDK tasks server over stdio (installed first)."""
+def command(cache: Path = CACHE, source: Path = SERVER_SOURCE) -> list[str]:
+    """The argv that starts the TypeScript SDK tasks server over stdio (installed first), or
+    another server script of this directory (``source``, e.g. :data:`HTTP_SERVER_SOURCE`)."""
     if not installed(cache):
         raise SetupError(
             f"the TypeScript SDK peer is not installed in {cache}: run `python -m benchmarks.peers.node` "
             "(needs npm once) or pass --no-ts"
         )
-    script = cache / SERVER_SOURCE.name
-    shutil.copyfile(SERVER_SOURCE, script)
+    script = cache / source.name
+    shutil.copyfile(source, script)
     return [str(node_setup.node_binary(cache)), str(script)]
 
 

@@ -355,3 +355,87 @@ def test_side_by_side_peers_take_turns_chunk_by_chunk_and_each_gets_all_its_requ
     whole = interleaved(targets, requests, 4, chunk=None)
     assert [(name, len(part)) for name, part, _ in calls] == [("a", 5), ("b", 5), ("c", 3)]
     assert whole["b"].results == requests["b"]
+
+
+def test_http_peers_smoke_measures_trio_mcp_and_the_floor_over_http_and_websocket(tmp_path: Path) -> None:
+    """``python -m benchmarks.http_peers`` at a tiny size, trio-mcp and the h11 floor only (no
+    install, no Node, no SDK environment): every op measured, ratios and targets reported."""
+    out = tmp_path / "http.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.http_peers",
+            "--smoke",
+            "--servers",
+            "trio-mcp,floor",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert set(data["runs"]) == {"trio-mcp", "floor"}
+    http_ops = ["call", "create", "result", "get", "cancel", "m_call", "m_get", "get@1", "m_get@1"]
+    assert data["ops"] == [*http_ops, "ws_create", "ws_get"]
+    for name in ("trio-mcp", "floor"):
+        for op in data["ops"]:
+            (run,) = data["runs"][name][op]  # one round
+            assert run["requests"] == (20 if op.endswith("@1") else 60 if op.startswith("ws_") else 40)
+            assert run["cpu_us_per_request"] > 0
+            assert run["p99_ms"] >= run["p50_ms"] > 0
+            assert data["median"][name][op]["cpu_us_per_request"] == run["cpu_us_per_request"]
+    for op in data["ops"]:
+        ours, floor = (data["median"][n][op]["cpu_us_per_request"] for n in ("trio-mcp", "floor"))
+        assert data["ratios"]["floor"][op] == round(ours / floor, 3)
+    assert {t["result"] for t in data["targets"]} <= {"PASS", "MISS"}
+    assert any(t["target"] == "get@1: p50 ms" for t in data["targets"])
+    assert "2026-07-28 tasks/get" in proc.stdout and "/ h11 floor" in proc.stdout
+
+
+def test_http_load_reads_content_length_chunked_and_sse_answers() -> None:
+    from benchmarks.http_load import parse_response
+
+    plain = bytearray(
+        b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 9\r\n\r\n{"id":1}\nHTTP/1.1'
+    )
+    response = parse_response(plain)
+    assert response is not None and response.body == b'{"id":1}\n' and plain == b"HTTP/1.1"
+    events = [b'data: {"method":"n/x"}\n\n', b'id: 1\ndata: {"id":2,"result":{}}\n\n']
+    sse = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    sse += b"".join(b"%x\r\n%s\r\n" % (len(event), event) for event in events) + b"0\r\n\r\n"
+    for cut in range(len(sse)):  # never a response before all of it is there
+        assert parse_response(bytearray(sse[:cut])) is None
+    response = parse_response(bytearray(sse))
+    assert response is not None and response.message() == {"id": 2, "result": {}}
+    empty = bytearray(b"HTTP/1.1 202 Accepted\r\ndate: x\r\n\r\n")
+    response = parse_response(empty)
+    assert response is not None and response.status == 202 and response.body == b"" and not empty
+
+
+def test_http_peers_skip_a_peer_that_cannot_be_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No npm (or no network for the SDK 2 environment): the peer is skipped with its reason."""
+    from benchmarks import http_peers
+    from benchmarks.peers import node as bench_node
+    from benchmarks.peers import sdk2
+
+    def no_npm(**_: Any) -> None:
+        raise bench_node.SetupError("npm is not installed")
+
+    def no_network(**_: Any) -> None:
+        raise sdk2.SetupError("could not set up .venv-sdk2: pip failed")
+
+    monkeypatch.setattr(bench_node, "install", no_npm)
+    monkeypatch.setattr(sdk2, "install", no_network)
+    said: list[str] = []
+    ready, skipped = http_peers.install(["trio-mcp", "ts-sdk", "sdk2", "floor"], said.append)
+    assert ready == ["trio-mcp", "floor"]
+    assert skipped == {
+        "ts-sdk": "SetupError: npm is not installed",
+        "sdk2": "SetupError: could not set up .venv-sdk2: pip failed",
+    }
+    assert said == [f"skipping {http_peers.LABELS[n]}: {skipped[n]}" for n in ("ts-sdk", "sdk2")]
