@@ -1185,7 +1185,12 @@ DOC_TESTS = sorted(name for name in set(globals()) - _BEFORE if name.startswith(
 
 
 def test_the_http_doc_runs_its_examples() -> None:
-    assert DOC_TESTS == ["test_jwt_resource_server", "test_mounted_app", "test_serve_and_call_in_both_eras"]
+    assert DOC_TESTS == [
+        "test_identity_and_scopes",
+        "test_jwt_resource_server",
+        "test_mounted_app",
+        "test_serve_and_call_in_both_eras",
+    ]
 
 
 # ----------------------------------------------------------------------------- interop

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
@@ -63,6 +63,35 @@ class Context:
     def task_id(self) -> str | None:
         """The MCP task this call runs as, or None for an ordinary call."""
         return self._call.task_id
+
+    @property
+    def identity(self) -> str | None:
+        """Who calls: the identity the server's ``authenticate=`` verifier gave the caller's
+        bearer token (a JWT's ``sub``), or None without authentication (stdio; HTTP or
+        WebSocket without a verifier). In a 2025-11-25 session it is the session's (fixed at
+        ``initialize``); in a 2026-07-28 request, the request's; in a task, that of the request
+        that created it.
+
+        >>> # @server.tool(scopes=["files:write"])
+        >>> # async def save(path: str, text: str, ctx: Context) -> str:
+        >>> #     log.info("%s saves %s", ctx.identity, path)
+        """
+        return self._call.caller.identity
+
+    @property
+    def scopes(self) -> frozenset[str]:
+        """The OAuth scopes of the caller's token (empty without a verifier, or for one that
+        returns a bare identity). Those of the request that carried the call (a task: of the
+        request that created it)."""
+        return self._call.caller.scopes
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """The HTTP headers of the request that carried the call, read-only, names in lower
+        case (a task: of the request that created it; WebSocket: of its opening handshake;
+        stdio: none). ``Authorization`` is there, its value never:
+        ``"[redacted]"``."""
+        return self._call.caller.headers
 
     @property
     def lifespan(self) -> Any:
@@ -239,6 +268,21 @@ class ThreadContext:
     def task_id(self) -> str | None:
         """The MCP task this call runs as, or None for an ordinary call."""
         return self._context.task_id
+
+    @property
+    def identity(self) -> str | None:
+        """:attr:`Context.identity`."""
+        return self._context.identity
+
+    @property
+    def scopes(self) -> frozenset[str]:
+        """:attr:`Context.scopes`."""
+        return self._context.scopes
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """:attr:`Context.headers` (read-only: safe to read from the thread)."""
+        return self._context.headers
 
     @property
     def lifespan(self) -> Any:

@@ -17,10 +17,16 @@ Server (:func:`serve_websocket`)
       refused with **HTTP 400**.
     * **Authentication** (optional): with ``authenticate`` given, the client must send
       ``Authorization: Bearer <token>``; ``authenticate(token)`` (sync or async) returns the
-      identity (a non-empty ``str``) or ``None``. A missing token or a ``None`` identity is
+      identity (a non-empty ``str``, or an ``AccessToken`` with its scopes) or ``None``. A
+      missing token, a ``None`` identity or a token without the verifier's required scopes is
       refused with **HTTP 401** (``WWW-Authenticate: Bearer``). Without ``authenticate``, an
       ``Authorization`` header is ignored. (Browsers cannot set headers on a WebSocket; browser
       clients need a proxy that authenticates them.)
+    * **Per-tool scopes** (``@server.tool(scopes=[...])``), with ``authenticate`` set: a
+      ``tools/call`` of a tool whose scopes the connection's token lacks is answered with the
+      JSON-RPC error -32003 (:data:`~trio_mcp.transports.security.INSUFFICIENT_SCOPE_CODE`)
+      before anything runs. Tools see the connection's identity, scopes and handshake headers
+      (``ctx.identity``, ``ctx.scopes``, ``ctx.headers``; ``Authorization`` redacted).
     * The whole opening handshake, including ``authenticate``, must finish within
       ``handshake_timeout`` seconds (default 10), or the TCP connection is dropped.
 
@@ -69,6 +75,7 @@ from __future__ import annotations
 import logging
 import math
 import ssl
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import trio
@@ -76,17 +83,22 @@ import trio_websocket
 from trio_websocket import WebSocketConnection, WebSocketRequest
 
 from ..actors._endpoint import ConnectionClosed
-from ..transports.base import DEFAULT_MAX_MESSAGE_SIZE
+from ..protocol import jsonrpc
+from ..transports.base import DEFAULT_MAX_MESSAGE_SIZE, Transport
 from ..transports.security import (
     DEFAULT_ALLOWED_ORIGINS,
+    INSUFFICIENT_SCOPE_CODE,
     Authenticator,
+    Caller,
+    InsufficientScope,
     OriginPolicy,
     bearer_token,
+    current_caller,
     identity_owner,
+    missing_scopes,
     origin_check,
-)
-from ..transports.security import (
-    authenticate as run_authenticator,
+    request_headers,
+    verify_token,
 )
 from ..transports.websocket import (
     DEFAULT_HANDSHAKE_TIMEOUT,
@@ -167,8 +179,11 @@ async def serve_websocket(
         raise ValueError("ping_timeout must be a positive number of seconds")
     origin_allowed = origin_check(allowed_origins)
 
-    async def handshake(request: WebSocketRequest) -> tuple[WebSocketConnection, str | None] | None:
-        """Accept (→ the connection and its tasks' owner) or refuse (→ None) a handshake."""
+    async def handshake(
+        request: WebSocketRequest,
+    ) -> tuple[WebSocketConnection, str | None, Caller] | None:
+        """Accept (→ the connection, its tasks' owner, its caller as tools see it) or refuse
+        (→ None) a handshake."""
         origins = _headers(request, b"origin")
         if len(origins) > 1 or (origins and not origin_allowed(origins[0])):
             log.info("refused websocket from origin %r", origins)
@@ -180,15 +195,18 @@ async def serve_websocket(
             await request.reject(400, body=b"unsupported subprotocol: offer 'mcp'\n")
             return None
         owner: str | None = None
+        caller = Caller(headers=request_headers(request.headers))
         if authenticate is not None:
             token = bearer_token(_headers(request, b"authorization"))
             try:
-                identity = await run_authenticator(authenticate, token) if token is not None else None
+                access = await verify_token(authenticate, token) if token is not None else None
+            except InsufficientScope:
+                access = None  # no 403 to step up from here: refused, as an invalid token is
             except Exception as exc:
                 log.error("authenticate() failed: %r", exc, exc_info=exc)
                 await request.reject(500, body=b"authentication failed\n")
                 return None
-            if identity is None:
+            if access is None:
                 log.info("refused websocket: %s bearer token", "invalid" if token else "missing")
                 await request.reject(
                     401,
@@ -196,21 +214,33 @@ async def serve_websocket(
                     body=b"a valid bearer token is required\n",
                 )
                 return None
-            owner = identity_owner(identity)
+            owner = identity_owner(access.identity)
+            caller = Caller(access.identity, access.scopes, caller.headers)
         subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered else None
         connection = await request.accept(subprotocol=subprotocol)
-        return connection, owner
+        return connection, owner, caller
 
     async with open_runtime(server_or_runtime) as runtime:
 
-        async def run_session(transport: WebSocketTransport, owner: str | None, address: str) -> None:
+        def tool_scopes(name: str) -> Sequence[str]:
+            entry = runtime.server.tools.get(name)
+            return entry.scopes if entry is not None else ()
+
+        async def run_session(
+            transport: WebSocketTransport, owner: str | None, address: str, caller: Caller
+        ) -> None:
             log.debug("websocket session %s started (owner %r)", transport.connection, owner)
+            # The connection's caller, for what its session serves (ctx.identity, scopes, headers).
+            current_caller.set(caller)
+            served: Transport = transport
+            if authenticate is not None:
+                served = _ScopeGate(transport, caller, tool_scopes)
             async with trio.open_nursery() as nursery:
                 if ping_interval is not None:
                     assert pong_wait is not None
                     nursery.start_soon(_keep_alive, transport, nursery.cancel_scope, ping_interval, pong_wait)
                 client = None if owner is not None else f"address:{address}"
-                await runtime.serve(transport, owner=owner, idle_timeout=idle_timeout, client=client)
+                await runtime.serve(served, owner=owner, idle_timeout=idle_timeout, client=client)
                 nursery.cancel_scope.cancel()
             log.debug("websocket session %s ended", transport.connection)
 
@@ -250,10 +280,10 @@ async def serve_websocket(
                     accepted = await handshake(request)
                 if accepted is None:
                     return
-                connection, owner = accepted
+                connection, owner, caller = accepted
                 transport = WebSocketTransport(connection, max_message_size=max_message_size)
                 try:
-                    await run_session(transport, owner, address)
+                    await run_session(transport, owner, address, caller)
                 finally:
                     with trio.CancelScope(shield=True):
                         await transport.aclose()
@@ -289,6 +319,42 @@ async def serve_websocket(
             task_status.started(bound)
             await trio.sleep_forever()
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+class _ScopeGate:
+    """The transport a session reads through when connections authenticate: a ``tools/call``
+    (plain or task-augmented, either era) of a tool whose ``scopes`` the connection's token
+    lacks never reaches the session; it is answered :data:`INSUFFICIENT_SCOPE_CODE` (-32003)
+    instead, before anything runs — what HTTP answers with a 403 ``insufficient_scope``."""
+
+    def __init__(
+        self, inner: WebSocketTransport, caller: Caller, tool_scopes: Callable[[str], Sequence[str]]
+    ) -> None:
+        self.inner = inner
+        self.granted = caller.scopes
+        self.tool_scopes = tool_scopes
+
+    async def receive(self) -> jsonrpc.Received:
+        message = await self.inner.receive()
+        if isinstance(message, jsonrpc.Request) and message.method == "tools/call":
+            name = (message.params or {}).get("name")
+            lacking = missing_scopes(self.tool_scopes(name), self.granted) if isinstance(name, str) else ()
+            if lacking:
+                log.info("refused tools/call of %r: the token lacks %s", name, " ".join(lacking))
+                text = f"Forbidden: the tool {name!r} needs the scopes: {' '.join(lacking)}"
+                # Answered by the session's own writer (an unreadable message's error answer).
+                error = jsonrpc.ErrorObject(INSUFFICIENT_SCOPE_CODE, text)
+                return jsonrpc.Unreadable(jsonrpc.ErrorResponse(message.id, error))
+        return message
+
+    async def send(self, message: bytes) -> None:
+        await self.inner.send(message)
+
+    async def send_many(self, messages: Sequence[bytes]) -> None:
+        await self.inner.send_many(messages)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 async def _keep_alive(
