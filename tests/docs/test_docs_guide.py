@@ -17,7 +17,7 @@ DOC_TESTS = sorted(name for name in set(globals()) - _BEFORE if name.startswith(
 
 
 def test_the_guide_runs_its_examples() -> None:
-    assert len(python_blocks(_TEXT)) == 13
+    assert len(python_blocks(_TEXT)) == 14
     assert DOC_TESTS == [
         "test_a_plain_tool_reports_progress_and_stops_when_cancelled",
         "test_a_task_from_start_to_end",
@@ -27,6 +27,7 @@ def test_the_guide_runs_its_examples() -> None:
         "test_cancel_really_stops_the_work",
         "test_input_in_each_era",
         "test_log_levels",
+        "test_middleware_around_requests_and_tool_runs",
         "test_one_database_for_the_whole_run",
         "test_plain_calls_and_errors",
         "test_resources_prompts_and_completion",

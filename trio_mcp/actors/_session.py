@@ -26,7 +26,7 @@ from ..protocol import jsonrpc
 from ..protocol.commands import AwaitTaskResult, Command, Serving, serving_of
 from ..protocol.errors import INTERNAL_ERROR, INVALID_REQUEST, ErrorValue, McpError
 from ..protocol.handshake import HandshakeDialect
-from ..protocol.modern import ModernDialect, is_modern
+from ..protocol.modern import ModernDialect, ModernScope, is_modern
 from ..protocol.records import TaskRecord
 from ..transports.base import Transport
 from ._calls import InputNeeded, Scope, ToolCall, ToolEntry, ToolRun
@@ -37,10 +37,16 @@ from ._dispatch import (
     Listener,
     Service,
     answer_of,
+    refused,
+    request_info,
+    served,
+    served_creation,
     task_support_of,
     unoffered,
+    with_hooks,
 )
 from ._endpoint import OVERLOADED, ConnectionClosed, Endpoint
+from ._middleware import Middlewares
 from ._receiver import Rendered, Started, TaskReceiver, encode_answer
 from ._request import InboundRequest, current_request
 from ._requestor import TaskRequestor
@@ -78,6 +84,8 @@ TOO_MANY_REQUESTS = ErrorValue(
 )
 
 _session_numbers = itertools.count(1)
+
+_NO_MIDDLEWARE = Middlewares((), ())
 
 # The serving kinds as module globals: an Enum member read through its class costs a Python
 # call in 3.11, and the reader compares kinds for every request.
@@ -138,10 +146,18 @@ class SessionActor(Endpoint):
         self.client_tasks = TaskRequestor(self)
         """Follow the tasks this session's client runs for the server (see Context.elicit_task)."""
         self._nursery: trio.Nursery | None = None
+        if service.middleware_chain is not None:
+            # Requests go through the middleware registered by now (and any added later).
+            self.on_request = self._on_request_through  # type: ignore[method-assign]
 
     @property
     def protocol_version(self) -> str | None:
         return self.dialect.version
+
+    @property
+    def session_id(self) -> str:
+        """This connection's session, as middleware is told: its actor's name."""
+        return self.name
 
     @property
     def client_capabilities(self) -> dict[str, Any]:
@@ -235,6 +251,64 @@ class SessionActor(Endpoint):
         elif self._admit_waiting(request):  # CALL, MAYBE_TASK: in a Trio task of their own
             self._spawn_answer(request, lambda: handler(self, command, scope, request))
 
+    async def _on_request_through(self, message: jsonrpc.Request) -> None:
+        """:meth:`on_request` of a session whose server has middleware (chosen when the
+        session is made, so that a server without any pays nothing per request)."""
+        request = InboundRequest(message, self.service.request_observer)
+        modern = is_modern(message.params)
+        read = self._read(message, modern)
+        await self._through(self.service.middleware_chain or _NO_MIDDLEWARE, request, read, modern)
+
+    async def _through(
+        self,
+        middleware: Middlewares,
+        request: InboundRequest,
+        read: tuple[Command, Scope] | ErrorValue,
+        modern: bool,
+    ) -> None:
+        """Serve ``request`` through the server's middleware, awaited, by the same handlers
+        (:func:`served`). What waits on work or a task (calls, creations, ``tasks/result``)
+        runs in a Trio task of its own, admitted and counted as without middleware; the rest
+        (ping, lists, task queries, refusals) is answered in order by the reader, as before."""
+        if isinstance(read, ErrorValue):
+            command: Any = None
+            era, version = ("modern", None) if modern else ("handshake", self.dialect.version)
+        else:
+            command, scope = read
+            era = scope.era
+            version = scope.version if isinstance(scope, ModernScope) else self.dialect.version
+        info = request_info(request, command, era, version, self.owner, self.receiver.client, self.name)
+        if command is None:
+            assert isinstance(read, ErrorValue)
+            error = read
+            await self._answer_inline(request, lambda: middleware.serve(info, lambda: refused(error)))
+            return
+        serving = request.serving = serving_of(command, modern)
+        if serving is _RESULT:
+            task_id = command.task_id
+            if self._admit_waiting(request):
+                self._spawn_answer(
+                    request,
+                    lambda: middleware.serve(info, lambda: self.receiver.start_result(task_id, scope).wait()),
+                )
+            return
+        handler = with_hooks(HANDLERS[serving, type(command)], command, middleware, info)
+        if serving is _NOW or serving is _INLINE or serving is _QUERY:
+            inner = functools.partial(served, handler, self, command, scope, request)
+            await self._answer_inline(request, lambda: middleware.serve(info, inner))
+        elif self._admit_waiting(request):
+            way = served_creation if serving is _CREATE else served
+            inner = functools.partial(way, handler, self, command, scope, request)
+            self._spawn_answer(request, lambda: middleware.serve(info, inner))
+
+    async def _answer_inline(self, request: InboundRequest, call: Call) -> None:
+        """Answer in the reader, in the request's context (:data:`current_request`)."""
+        token = current_request.set(request)
+        try:
+            await self._answer(request, call)
+        finally:
+            current_request.reset(token)
+
     def _queue_answer(self, request: InboundRequest, data: bytes, error: int | None = None) -> bool:
         """Queue ``request``'s answer (never waits); False (the request dropped) if the
         connection has closed."""
@@ -249,8 +323,13 @@ class SessionActor(Endpoint):
         connection has closed."""
         data, error = await answer_of(request, call)
         await trio.lowlevel.checkpoint_if_cancelled()
+        hidden = request.hidden
+        if hidden is not None and error is not None:
+            hidden.remove()  # an error shows no task: one made for the request goes
         if not self._queue_answer(request, data, error):
             raise ConnectionClosed
+        if hidden is not None and error is None:
+            hidden.queued()  # the answer showing its task is on its way: start the work
         return True
 
     # -- telling the client what changed --------------------------------------------------

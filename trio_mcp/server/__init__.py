@@ -20,6 +20,7 @@ from ._server import (
 )
 from ._surface import ResourceNotFound
 from ._websocket import serve_websocket
+from .middleware import Middleware, RateLimit, RequestInfo, RequestLog, ToolCallInfo
 
 __all__ = [
     "GC_FULL_AFTER",
@@ -27,7 +28,11 @@ __all__ = [
     "Context",
     "Lifespan",
     "McpHttpApp",
+    "Middleware",
+    "RateLimit",
     "RegisteredTool",
+    "RequestInfo",
+    "RequestLog",
     "ResourceNotFound",
     "RunOptions",
     "Server",
@@ -35,6 +40,7 @@ __all__ = [
     "StartupError",
     "TaskLimits",
     "ThreadContext",
+    "ToolCallInfo",
     "ToolCancelled",
     "mcp_asgi_app",
     "parse_run_args",
