@@ -4,7 +4,6 @@ SIGTERM with a request in flight (answered -32603, exit 0). Real processes, real
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
@@ -17,6 +16,7 @@ from typing import Any
 
 import httpx
 import trio
+from balancer import round_robin
 
 from trio_mcp.protocol.modern import CLIENT_CAPABILITIES_KEY, PROTOCOL_VERSION_KEY
 from trio_mcp.transports.http import ACCEPT_BOTH
@@ -46,29 +46,6 @@ async def serving_process(*options: str) -> AsyncIterator[tuple[trio.Process, st
             process.kill()
         with trio.move_on_after(5):
             await process.wait()
-
-
-async def round_robin(backends: list[int], task_status: trio.TaskStatus[int]) -> None:
-    """A TCP balancer: each new connection goes to the next backend, bytes piped both ways."""
-    turn = itertools.cycle(backends)
-
-    async def pipe(source: trio.SocketStream, sink: trio.SocketStream) -> None:
-        try:
-            while data := await source.receive_some(65536):
-                await sink.send_all(data)
-            await sink.send_eof()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-
-    async def relay(client: trio.SocketStream) -> None:
-        async with client, await trio.open_tcp_stream("127.0.0.1", next(turn)) as backend:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(pipe, client, backend)
-                nursery.start_soon(pipe, backend, client)
-
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    task_status.started(listeners[0].socket.getsockname()[1])
-    await trio.serve_listeners(relay, listeners)
 
 
 def modern_call(id: int, tool: str, arguments: dict[str, Any], **extra: Any) -> tuple[bytes, dict[str, str]]:

@@ -20,6 +20,8 @@ from ..protocol.converter import unstructure
 from ..protocol.errors import INVALID_PARAMS, INVALID_REQUEST, ErrorValue, McpError
 from ..protocol.messages import CallToolResult, CreateTaskResult, TaskSupport, Tool
 from ..protocol.records import TaskOutcome, text_outcome
+from ..transports.security import Caller, current_caller
+from ._middleware import Middlewares, RequestInfo
 from ._receiver import Renderer
 from .task_actor import StagedWork, TaskActor
 
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
     from ._requestor import TaskRequestor
     from .supervisor import TaskSupervisor
 
-__all__ = ["InputNeeded", "Peer", "Scope", "ToolCall", "ToolEntry", "ToolRun"]
+__all__ = ["HookedToolRun", "InputNeeded", "Peer", "Scope", "ToolCall", "ToolEntry", "ToolRun"]
 
 
 class ToolEntry(Protocol):
@@ -142,7 +144,7 @@ class ToolCall:
     again from the start when the client retries with the answers.
     """
 
-    __slots__ = ("_last_progress", "mrtr", "peer", "progress_token", "scope", "task")
+    __slots__ = ("_last_progress", "caller", "mrtr", "peer", "progress_token", "scope", "task")
 
     def __init__(
         self,
@@ -151,12 +153,15 @@ class ToolCall:
         task: TaskActor | None,
         scope: Scope,
         mrtr: InputNeeded | None = None,
+        caller: Caller | None = None,
     ) -> None:
         self.peer = peer
         self.progress_token = progress_token
         self.task = task
         self.scope = scope
         self.mrtr = mrtr
+        self.caller = caller if caller is not None else current_caller.get()
+        """Who made the request (identity, scopes, headers): given, or the context's."""
         self._last_progress: float | None = None
 
     @property
@@ -267,7 +272,7 @@ class ToolRun(StagedWork):
     rather than a closure: every live task keeps one.
     """
 
-    __slots__ = ("arguments", "entry", "mrtr", "peer", "progress_token", "scope")
+    __slots__ = ("arguments", "caller", "entry", "mrtr", "peer", "progress_token", "replay", "scope")
 
     def __init__(
         self,
@@ -284,12 +289,14 @@ class ToolRun(StagedWork):
         self.progress_token = progress_token
         self.scope = scope
         self.mrtr = mrtr
+        self.caller = current_caller.get()  # the request's: a task keeps its creator's
+        self.replay: bytes | None = None
 
     def _begin(self, actor: TaskActor | None) -> Awaitable[Any] | CallToolResult:
         entry = self.entry
         # The tool's call context, made only for a tool that takes a Context.
         call = (
-            ToolCall(self.peer, self.progress_token, actor, self.scope, self.mrtr)
+            ToolCall(self.peer, self.progress_token, actor, self.scope, self.mrtr, self.caller)
             if entry.context_param is not None
             else None
         )
@@ -326,3 +333,35 @@ class ToolRun(StagedWork):
 
     def fail(self, exc: Exception) -> TaskOutcome:
         return self.scope.settle_tool_result(self.entry.failed(exc))
+
+
+class HookedToolRun(ToolRun):
+    """A :class:`ToolRun` through the server's tool middleware, made instead of a plain one
+    only when the server has some: the run of a tool whose arguments are valid goes through
+    the hooks, inside its task if it has one (:meth:`Middlewares.run_tool`)."""
+
+    __slots__ = ("hooks",)
+
+    def __init__(
+        self,
+        peer: Peer,
+        entry: ToolEntry,
+        arguments: dict[str, Any] | None,
+        progress_token: int | str | None,
+        scope: Scope,
+        mrtr: InputNeeded | None = None,
+        *,
+        hooks: tuple[Middlewares, RequestInfo],
+    ) -> None:
+        super().__init__(peer, entry, arguments, progress_token, scope, mrtr)
+        self.hooks = hooks
+        """The server's middleware, and the info of the request that started the run."""
+
+    def _begin(self, actor: TaskActor | None) -> Awaitable[Any] | CallToolResult:
+        arguments = self.arguments
+        running = super()._begin(actor)
+        if isinstance(running, CallToolResult):  # bad arguments: nothing runs
+            return running
+        middleware, request = self.hooks
+        task_id = actor.task_id if actor is not None else None
+        return middleware.run_tool(self.entry.tool.name, arguments, task_id, request, running)

@@ -15,11 +15,18 @@ A handler is called as ``handler(host, command, scope, request)``:
   known without asking);
 - ``INLINE`` / ``CALL`` / ``MAYBE_TASK``: a coroutine returning the result (an McpError it
   raises is the error answer).
+
+With middleware registered (``Service.middleware_chain``), every request is served awaited
+through it instead, by the same handlers: :func:`served` is that awaited path for any serving
+kind, :func:`request_info` what the middleware is shown of the request, and :func:`with_hooks`
+gives a tool call's handler the run through the tool middleware (the handlers' ``run``, which
+is :class:`ToolRun` itself on the paths without middleware).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,8 +35,9 @@ from typing import Any, Protocol
 import attrs
 import trio
 
-from ..protocol import jsonrpc
+from ..protocol import _json, jsonrpc
 from ..protocol.commands import (
+    AwaitTaskResult,
     CallTool,
     CancelTask,
     Command,
@@ -60,8 +68,10 @@ from ..protocol.modern import ModernDialect, ModernScope
 from ..protocol.records import TaskOutcome, TaskRecord
 from ..protocol.request_state import StateCodec, binding_of
 from ..protocol.tasks import TaskStatus
-from ._calls import InputNeeded, Peer, Scope, ToolCall, ToolEntry, ToolRun
+from ._calls import HookedToolRun, InputNeeded, Peer, Scope, ToolCall, ToolEntry, ToolRun
 from ._endpoint import OVERLOADED
+from ._middleware import Middlewares, RequestInfo
+from ._queue import describe
 from ._receiver import Rendered, Started, TaskReceiver, encode_answer
 from ._request import InboundRequest, RequestObserver
 from .runtime import MailboxFull, Reply, ask
@@ -77,8 +87,14 @@ __all__ = [
     "Listener",
     "Service",
     "answer_of",
+    "asked",
+    "request_info",
+    "result_of",
+    "served",
+    "served_creation",
     "task_support_of",
     "unoffered",
+    "with_hooks",
 ]
 
 log = logging.getLogger("trio_mcp")
@@ -149,6 +165,110 @@ async def answer_of(
     return jsonrpc.encode_error(request_id, error.code, error.message, error.data), error.code
 
 
+async def asked(started: Started | Rendered) -> Rendered:
+    """A query's answer, awaited: known at once, or rendered when its reply comes (a
+    creation's work, ``started.after``, is then started: its answer is on its way)."""
+    if not isinstance(started, Started):
+        return started
+    value = await started.reply.wait()
+    rendered = started.render(value)
+    if started.after is not None and not isinstance(rendered, ErrorValue):
+        started.after(value)
+    return rendered
+
+
+def result_of(rendered: Rendered) -> dict[str, Any]:
+    """An answer as a result dict (one already JSON text decoded); an error is raised."""
+    if isinstance(rendered, ErrorValue):
+        raise rendered.exception()
+    if isinstance(rendered, bytes):
+        result: dict[str, Any] = _json.loads(rendered)
+        return result
+    return rendered
+
+
+async def served(
+    handler: Handler, host: Host, command: Any, scope: Scope, request: InboundRequest
+) -> dict[str, Any]:
+    """Serve ``command`` awaited, whatever its serving kind (the path of a request served
+    through middleware): its result, or its error raised. The handler is the one the table
+    names; only the answering differs from the paths without middleware."""
+    answer = handler(host, command, scope, request)
+    if not isinstance(answer, Started | dict | bytes | ErrorValue):
+        return result_of(await answer)  # INLINE, CALL, MAYBE_TASK: a coroutine
+    return result_of(await asked(answer))
+
+
+async def refused(error: ErrorValue) -> dict[str, Any]:
+    """The serving of a request refused before any handler (what middleware calls on to)."""
+    raise error.exception()
+
+
+def request_info(
+    request: InboundRequest,
+    command: Command | None,
+    era: str,
+    version: str | None,
+    owner: str,
+    client: str | None,
+    session_id: str | None,
+) -> RequestInfo:
+    """What middleware is shown of ``request`` (``command``: what it was read as; None if
+    refused first); a tool call's hooks see it too."""
+    message = request.message
+    params = message.params if isinstance(message.params, dict) else {}
+    tool: str | None = None
+    task_id: str | None = None
+    as_task = False
+    if type(command) is CallTool:
+        tool, as_task = command.name, command.as_task or command.auto_task
+    elif isinstance(command, GetTask | CancelTask | UpdateTask | AwaitTaskResult):
+        task_id = command.task_id
+    elif message.method == "tools/call" and isinstance(params.get("name"), str):
+        tool = params["name"]
+    return RequestInfo(
+        method=message.method,
+        request_id=message.id,
+        params=params,
+        era=era,
+        protocol_version=version,
+        tool=tool,
+        task_id=task_id,
+        as_task=as_task,
+        owner=owner,
+        identity=owner[len(_IDENTITY) :] if owner.startswith(_IDENTITY) else None,
+        client=client,
+        session_id=session_id,
+    )
+
+
+_IDENTITY = "identity:"  # an authenticated identity's owner (transports.security.identity_owner)
+
+
+class RunFactory(Protocol):
+    """Makes a tool's run (:class:`ToolRun` itself, or one through the tool middleware)."""
+
+    def __call__(
+        self,
+        peer: Peer,
+        entry: ToolEntry,
+        arguments: dict[str, Any] | None,
+        progress_token: int | str | None,
+        scope: Scope,
+        mrtr: InputNeeded | None = None,
+    ) -> ToolRun: ...
+
+
+def with_hooks(handler: Handler, command: Command, middleware: Middlewares, info: RequestInfo) -> Handler:
+    """``handler`` as the middleware path calls it: a tool call's handler makes its tool's run
+    through the tool middleware (shown ``info``); any other handler as it is. (The paths
+    without middleware call the handlers as they are, at no cost.)"""
+    if type(command) is not CallTool or not middleware.tools:
+        return handler
+    hooked = functools.partial(HookedToolRun, hooks=(middleware, info))
+    return functools.partial(handler, run=hooked)  # type: ignore[call-arg]  # the tool-call handlers take it
+
+
 REQUIRED_INPUT_ROUNDS = 32
 """Scheduler rounds a ``task_support="required"`` tool runs, in the modern era, before its
 CreateTaskResult goes out: input it asks for within them is gathered first by multi
@@ -176,6 +296,10 @@ class Service(Protocol):
 
     @property
     def request_observer(self) -> RequestObserver | None: ...
+
+    @property
+    def middleware_chain(self) -> Middlewares | None:
+        """The registered middleware (None: none, and requests are served without it)."""
 
     def capabilities(self) -> dict[str, Any]: ...
     def resource_list(self) -> list[dict[str, Any]]: ...
@@ -211,6 +335,10 @@ class Host(Peer, Protocol):
     subscribed: set[str]
     unwritten: set[str]
     """Tasks created for a request whose answer (showing them) is not written yet."""
+
+    @property
+    def session_id(self) -> str | None:
+        """The connection's session, as middleware is told (None: a stateless request)."""
 
     def notify_encoded(self, data: bytes) -> bool: ...
     async def send(self, data: bytes) -> None: ...
@@ -268,10 +396,12 @@ def _list_tasks(host: Host, command: ListTasks, scope: Scope, request: InboundRe
     return host.receiver.start_list(command.cursor, host.dialect.render_page)
 
 
-def _create(host: Host, command: CallTool, scope: Scope, request: InboundRequest) -> Started | Rendered:
+def _create(
+    host: Host, command: CallTool, scope: Scope, request: InboundRequest, run: RunFactory = ToolRun
+) -> Started | Rendered:
     """A task: create it; the work starts once the CreateTaskResult is queued."""
     entry = host.service.tools[command.name]
-    work = ToolRun(host, entry, command.arguments, command.progress_token, scope)
+    work = run(host, entry, command.arguments, command.progress_token, scope)
     return host.receiver.start_create(work, command.ttl_ms, entry.immediate_response, scope)
 
 
@@ -368,17 +498,19 @@ def _retry_of(request: jsonrpc.Request) -> tuple[str | None, dict[str, Any] | No
     return state, responses
 
 
-async def _call(host: Host, command: CallTool, scope: Scope, request: InboundRequest) -> dict[str, Any]:
+async def _call(
+    host: Host, command: CallTool, scope: Scope, request: InboundRequest, run: RunFactory = ToolRun
+) -> dict[str, Any]:
     """A plain ``tools/call``: run the tool and answer with its result. In the modern era,
     input it needs comes back as an ``InputRequiredResult`` (the retry runs it again)."""
     entry = host.service.tools[command.name]
     if scope.era != "modern":
-        return await ToolRun(host, entry, command.arguments, command.progress_token, scope).result()
+        return await run(host, entry, command.arguments, command.progress_token, scope).result()
     assert isinstance(scope, ModernScope)
     binding = ("tools/call", command.name, command.arguments)
     mrtr = InputNeeded(_answers(host, binding, command.request_state, command.input_responses))
     with mrtr.scope:
-        return await ToolRun(host, entry, command.arguments, command.progress_token, scope, mrtr).result()
+        return await run(host, entry, command.arguments, command.progress_token, scope, mrtr).result()
     return _input_required(host, binding, mrtr, scope)
 
 
@@ -467,13 +599,15 @@ class HiddenTask:
     connection's own tasks would not catch it. Until written, its id is also in the host's
     ``unwritten``, so a disconnect removes it too."""
 
-    __slots__ = ("done", "host", "task_id")
+    __slots__ = ("done", "host", "start", "task_id")
 
     def __init__(self, host: Host) -> None:
         self.host = host
         self.task_id: str | None = None
         self.done = False
         """The call is over: its answer queued, or none will be."""
+        self.start: Callable[[], None] | None = None
+        """Run once the answer showing the task is queued (a creation's work starts then)."""
 
     def created(self, reply: Reply[TaskRecord]) -> None:
         """The creation's continuation: runs as soon as the task exists (in the creating
@@ -487,6 +621,12 @@ class HiddenTask:
             self.task_id = task_id
             self.host.unwritten.add(task_id)
 
+    def queued(self) -> None:
+        """The answer showing the task is queued: start what waited for it."""
+        start, self.start = self.start, None
+        if start is not None:
+            start()
+
     def written(self) -> None:
         """The call's answer was handed to the transport: the task it shows, if it shows one,
         is known to the client from now on."""
@@ -497,13 +637,14 @@ class HiddenTask:
     def remove(self) -> None:
         """The task is not shown, or its answer will never be written: it goes."""
         task_id, self.task_id = self.task_id, None
+        self.start = None  # its work never starts
         if task_id is not None:
             self.host.unwritten.discard(task_id)
             self.host.remove_task(task_id)
 
 
 async def _call_maybe_task(
-    host: Host, command: CallTool, scope: Scope, request: InboundRequest
+    host: Host, command: CallTool, scope: Scope, request: InboundRequest, run: RunFactory = ToolRun
 ) -> dict[str, Any]:
     """Server-directed tasks: the call runs as a task from the start, hidden until the
     answer decides what the client sees.
@@ -534,7 +675,9 @@ async def _call_maybe_task(
         if command.as_task
         else None
     )
-    work = ToolRun(host, entry, command.arguments, command.progress_token, scope, mrtr)
+    work = run(host, entry, command.arguments, command.progress_token, scope, mrtr)
+    if host.supervisor.queues:  # stored with the task: any process may run it (actors/_queue.py)
+        work.replay = describe(request.message, work.caller)
     started = host.receiver.start_create(work, None, entry.immediate_response, scope, watcher=watch)
     # Told of the task the moment it exists, even if this call has stopped waiting by then.
     started.reply.then(hidden.created)
@@ -551,6 +694,26 @@ async def _call_maybe_task(
             # Not shown (a plain result, more input first, withdrawn, cancelled, refused):
             # nobody holds its id.
             hidden.remove()
+
+
+async def served_creation(
+    handler: Handler, host: Host, command: CallTool, scope: Scope, request: InboundRequest
+) -> dict[str, Any]:
+    """A handshake-era task creation served awaited (through middleware): its result, the
+    CreateTaskResult. The task is hidden (:class:`HiddenTask`, ``request.hidden``) until the
+    answer showing it is queued, and its work starts then (``hidden.queued()``): whoever serves
+    the request removes it if the answer is an error, is dropped, or never comes."""
+    hidden = HiddenTask(host)
+    request.hidden = hidden
+    started = handler(host, command, scope, request)
+    if not isinstance(started, Started):
+        return result_of(started)
+    started.reply.then(hidden.created)
+    value = await started.reply.wait()
+    result = result_of(started.render(value))
+    if started.after is not None:
+        hidden.start = functools.partial(started.after, value)
+    return result
 
 
 async def _settle_maybe_task(

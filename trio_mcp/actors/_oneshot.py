@@ -21,6 +21,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -31,8 +32,23 @@ from ..protocol.commands import Command, Serving, serving_of
 from ..protocol.errors import INTERNAL_ERROR, INVALID_REQUEST, ErrorValue, McpError
 from ..protocol.handshake import HandshakeDialect
 from ..protocol.modern import ModernDialect, ModernScope, is_modern
-from ._dispatch import HANDLERS, Handler, Listener, Service, answer_of, task_support_of, unoffered
-from ._receiver import Rendered, Started, TaskReceiver
+from ..transports.security import Caller, current_caller
+from ._dispatch import (
+    HANDLERS,
+    Handler,
+    Listener,
+    Service,
+    answer_of,
+    asked,
+    refused,
+    request_info,
+    served,
+    task_support_of,
+    unoffered,
+    with_hooks,
+)
+from ._middleware import Middlewares
+from ._receiver import TaskReceiver
 from ._request import InboundRequest, current_request
 from ._requestor import TaskRequestor
 from .supervisor import Remove, TaskSupervisor
@@ -50,6 +66,7 @@ class _Exchange:
     """One stateless request as its handler sees whoever serves it (the dispatch ``Host``)."""
 
     connection_owned = False
+    session_id = None  # no session: one stateless request
 
     def __init__(self, stateless: Stateless, owner: str, client: str | None, send: Send) -> None:
         self.service = stateless.service
@@ -135,7 +152,13 @@ class Stateless:
         return command, scope, handler
 
     async def serve_one(
-        self, message: jsonrpc.Request, *, owner: str, client: str | None = None, send: Send
+        self,
+        message: jsonrpc.Request,
+        *,
+        owner: str,
+        client: str | None = None,
+        send: Send,
+        caller: Caller | None = None,
     ) -> tuple[bytes, int | None]:
         """Serve one modern-era request in the caller's Trio task: its encoded answer, and the
         JSON-RPC error code that answer carries (None for a result).
@@ -144,26 +167,38 @@ class Stateless:
         owner for every anonymous caller), ``client`` whom they count under for the
         per-client limits (its address). ``send`` takes the request's notifications, in order,
         before the answer is returned (it must not block; False: dropped). Cancel the caller
-        to abandon the request: its work is cancelled.
+        to abandon the request: its work is cancelled. ``caller``: who makes the request, as
+        its tools see it (``ctx.identity``, ``ctx.scopes``, ``ctx.headers``; a task it creates
+        keeps it); default the context's :data:`~trio_mcp.transports.security.current_caller`.
         """
         request = InboundRequest(message, self.service.request_observer)
-        refused = self._refused(message)
-        if isinstance(refused, ErrorValue):
-            request.answered(refused.code)
+        read = self._refused(message)
+        middleware = self.service.middleware_chain
+        if isinstance(read, ErrorValue):
+            if middleware is not None:
+                return await self._refused_through(middleware, request, read, owner, client)
+            request.answered(read.code)
             request.written()
-            return _encoded(message.id, refused), refused.code
-        command, scope, handler = refused
+            return _encoded(message.id, read), read.code
+        command, scope, handler = read
         serving = request.serving = serving_of(command, modern=True)
         exchange = _Exchange(self, owner, client, send)
         self._serving.add(exchange)
         token = current_request.set(request)
+        caller_token = current_caller.set(caller) if caller is not None else None
         data: bytes | None = None
+        error: int | None = None
         try:
             with exchange.scope:
-                if serving is Serving.QUERY or serving is Serving.CREATE or serving is Serving.NOW:
+                if middleware is not None:
+                    info = request_info(request, command, "modern", scope.version, owner, client, None)
+                    hooked = with_hooks(handler, command, middleware, info)
+                    inner = functools.partial(served, hooked, exchange, command, scope, request)
+                    data, error = await answer_of(request, lambda: middleware.serve(info, inner))
+                elif serving is Serving.QUERY or serving is Serving.CREATE or serving is Serving.NOW:
                     # Asked (or known at once), and answered from the reply: awaited here.
                     data, error = await answer_of(
-                        request, lambda: _asked(handler(exchange, command, scope, request))
+                        request, lambda: asked(handler(exchange, command, scope, request))
                     )
                 else:
                     data, error = await answer_of(request, lambda: handler(exchange, command, scope, request))
@@ -174,6 +209,8 @@ class Stateless:
             return data, error
         finally:
             current_request.reset(token)
+            if caller_token is not None:
+                current_caller.reset(caller_token)
             exchange.closed = True
             self._serving.discard(exchange)
             if data is None:
@@ -181,10 +218,29 @@ class Stateless:
             hidden = request.hidden
             if hidden is not None:
                 hidden.done = True
-                if data is None:
+                if data is None or error is not None:  # not shown: it goes
                     hidden.remove()
             for task_id in exchange.unwritten:  # created for an answer never handed over
                 exchange.remove_task(task_id)
+
+    async def _refused_through(
+        self,
+        middleware: Middlewares,
+        request: InboundRequest,
+        error: ErrorValue,
+        owner: str,
+        client: str | None,
+    ) -> tuple[bytes, int | None]:
+        """A request refused before any handler, answered through the middleware."""
+        info = request_info(request, None, "modern", None, owner, client, None)
+        try:
+            data, code = await answer_of(request, lambda: middleware.serve(info, lambda: refused(error)))
+        except BaseException:
+            request.dropped()
+            raise
+        request.answered(code)
+        request.written()
+        return data, code
 
     def list_changed(self, kind: str) -> None:
         """Tell the open ``subscriptions/listen`` requests that the ``kind`` list changed."""
@@ -203,17 +259,6 @@ class Stateless:
         for exchange in list(self._serving):
             exchange.shut_down = True
             exchange.scope.cancel()
-
-
-async def _asked(started: Started | Rendered) -> Rendered:
-    """A task query's answer (known at once, or when its reply comes)."""
-    if not isinstance(started, Started):
-        return started
-    value = await started.reply.wait()
-    rendered = started.render(value)
-    if started.after is not None and not isinstance(rendered, ErrorValue):
-        started.after(value)  # e.g. start a created task's work: its answer is on its way
-    return rendered
 
 
 def _encoded(request_id: jsonrpc.RequestId, error: ErrorValue) -> bytes:

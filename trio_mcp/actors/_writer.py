@@ -48,11 +48,11 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from ..protocol.errors import INTERNAL_ERROR, ErrorValue
+from ..protocol.errors import INTERNAL_ERROR, TASK_LIMIT_REACHED, ErrorValue
 from ..protocol.records import TaskRecord
-from ..stores.base import ImmediateTaskStore, SharedTaskStore, TaskEvent, TaskStore
+from ..stores.base import ImmediateTaskStore, SharedTaskStore, TaskEvent, TaskStore, WorkQueue, WorkRefused
 
-__all__ = ["STORE_UNAVAILABLE", "Backoff", "RetryPolicy", "StoreWriter"]
+__all__ = ["STORE_UNAVAILABLE", "Backoff", "RetryPolicy", "StoreWriter", "Submission"]
 
 log = logging.getLogger("trio_mcp.actors")
 
@@ -74,6 +74,18 @@ class RetryPolicy:
     def backoff(self) -> Backoff:
         """The waits of one write's retries, from :attr:`first_delay` doubling to :attr:`max_delay`."""
         return Backoff(self)
+
+
+@attrs.frozen
+class Submission:
+    """A new task's work, stored with it in a :class:`~trio_mcp.stores.base.WorkQueue`:
+    ``queued`` for any process with room to claim (within the queue's caps, else refused), or
+    held by this process, which runs it (and may be run again elsewhere if it dies)."""
+
+    work: bytes
+    queued: bool
+    max_owner: int | None = None
+    max_total: int | None = None
 
 
 class Backoff:
@@ -168,17 +180,20 @@ class StoreWriter:
             await trio.sleep_forever()
 
     # -- what the runtime asks ---------------------------------------------------------------
-    def create(self, record: TaskRecord, done: Callable[..., None], *context: Any) -> None:
+    def create(
+        self, record: TaskRecord, done: Callable[..., None], *context: Any, work: Submission | None = None
+    ) -> None:
         """Store a new task; ``done(*context, None)`` once it is stored, ``done(*context,
         error)`` if it could not be within the deadline (then it is deleted in the background,
-        in case it was)."""
+        in case it was) or the work queue refused it (nothing stored). ``work``: stored with
+        it (a store that is a :class:`~trio_mcp.stores.base.WorkQueue` only)."""
         immediate = self._immediate
         if immediate is not None:
             immediate.create_now(record)
             done(*context, None)
             return
         lane = self._lanes[record.task_id] = _Lane(record.task_id, record.version - 1)
-        self._start(lane, self._create, lane, record, partial(done, *context))
+        self._start(lane, self._create, lane, record, partial(done, *context), work)
 
     def update(self, record: TaskRecord) -> None:
         """Store a change of a task (in order after its earlier ones)."""
@@ -246,11 +261,19 @@ class StoreWriter:
             log.debug("task store writer stopped: a write was not made")
             self._ended(lane)
 
-    async def _call(self, call: Callable[[], Awaitable[T]], seconds: float) -> tuple[bool, T | None]:
-        """(True, value), or (False, None) if it raised or took over ``seconds``: in doubt."""
+    async def _call(
+        self,
+        call: Callable[[], Awaitable[T]],
+        seconds: float,
+        refusals: type[Exception] | tuple[type[Exception], ...] = (),
+    ) -> tuple[bool, T | None]:
+        """(True, value), or (False, None) if it raised or took over ``seconds``: in doubt.
+        ``refusals``: exceptions that are an answer (raised to the caller), not a failure."""
         try:
             with trio.fail_after(max(seconds, 0.0)):
                 return True, await call()
+        except refusals:
+            raise
         except trio.TooSlowError:
             log.warning("task store call took over %.1f s", seconds)
         except Exception as exc:
@@ -258,14 +281,35 @@ class StoreWriter:
         return False, None
 
     async def _create(
-        self, lane: _Lane, record: TaskRecord, done: Callable[[ErrorValue | None], None]
+        self,
+        lane: _Lane,
+        record: TaskRecord,
+        done: Callable[[ErrorValue | None], None],
+        work: Submission | None,
     ) -> None:
         store = self.store
         deadline = trio.current_time() + self.timeout
         backoff = self.policy.backoff()
+        create: Callable[[], Awaitable[Any]] = partial(store.create, record)
+        if work is not None:
+            assert isinstance(store, WorkQueue)
+            create = partial(
+                store.create_work,
+                record,
+                work.work,
+                None if work.queued else self._origin,
+                self._wall_clock() + self._lease_seconds,
+                work.max_owner,
+                work.max_total,
+            )
         try:
             while True:
-                ok, _ = await self._call(partial(store.create, record), deadline - trio.current_time())
+                try:
+                    ok, _ = await self._call(create, deadline - trio.current_time(), refusals=WorkRefused)
+                except WorkRefused as exc:  # the queue is full: nothing was stored
+                    lane.ended = True
+                    done(ErrorValue(TASK_LIMIT_REACHED, str(exc)))
+                    break
                 if not ok:  # in doubt: did it happen?
                     ok, current = await self._call(
                         partial(store.get, record.task_id), deadline - trio.current_time()
@@ -273,7 +317,10 @@ class StoreWriter:
                     ok = ok and current is not None and current == record
                 if ok:
                     lane.stored = record.version
-                    if self._shared is not None:
+                    if work is not None:
+                        if work.queued:  # wake the processes waiting for work
+                            await self._publish(TaskEvent("work", record.task_id, self._origin))
+                    elif self._shared is not None:
                         await self._hold(record.task_id)
                     done(None)
                     break
@@ -357,6 +404,15 @@ class StoreWriter:
             lane.ended = True
         self._on_stored(record)
         await self._announce(record.task_id, release=attempt.is_terminal)
+
+    async def _publish(self, event: TaskEvent) -> None:
+        """Tell the other processes (a hint: a failure is logged)."""
+        assert self._shared is not None
+        try:
+            with trio.fail_after(self.timeout):
+                await self._shared.publish(event)
+        except Exception as exc:
+            log.warning("task %s: %s event not published: %r", event.task_id, event.kind, exc)
 
     async def _announce(self, task_id: str, *, release: bool) -> None:
         """With a shared store: release the lease of a task that ended, and tell the other

@@ -37,7 +37,7 @@ import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import attrs
 import trio
@@ -54,9 +54,10 @@ from ..stores.base import (
     SharedTaskStore,
     TaskEvent,
     TaskStore,
+    WorkQueue,
 )
 from ..stores.memory import MemoryTaskStore
-from ._writer import RetryPolicy, StoreWriter
+from ._writer import RetryPolicy, StoreWriter, Submission
 from .runtime import Actor, Reply
 from .task_actor import (
     CANCELLED,
@@ -65,6 +66,7 @@ from .task_actor import (
     Cancel,
     Poll,
     ProvideInput,
+    StagedWork,
     Start,
     Stop,
     TaskActor,
@@ -83,6 +85,7 @@ __all__ = [
     "TaskSupervisor",
     "Unwatch",
     "Watch",
+    "WorkReader",
 ]
 
 
@@ -248,9 +251,24 @@ STORE_FAILURE = ErrorValue(INTERNAL_ERROR, STORE_FAILED)
 PROCESS_GONE = ErrorValue(
     INTERNAL_ERROR, "The server process running this task stopped; its work cannot be resumed."
 )
+NOT_RETRIED = ErrorValue(
+    INTERNAL_ERROR,
+    "The server process running this task stopped, and its tool may not run again "
+    "(mark it @server.tool(retries=N) or idempotent=True if running it twice is safe).",
+)
+OUT_OF_RUNS = ErrorValue(
+    INTERNAL_ERROR,
+    "The server process running this task stopped, and the task has had every run its tool allows.",
+)
+SHUT_DOWN = ErrorValue(
+    INTERNAL_ERROR, "The server shut down before this task finished; its tool may not run again."
+)
+CLAIM_BATCH = 64
+"""Queued tasks claimed at once, at most."""
 LEASE_SECONDS = 15.0
-"""A shared store's lease on a running task: its process renews it every third of this; a task
-whose lease lapsed (its process is gone) is failed by the next process that looks, so within
+"""The default of :attr:`TaskLimits.lease_seconds`: a shared store's lease on a running task,
+renewed by its process every third of it. A task whose lease lapsed (its process is gone) is
+queued again (a tool that may run again) or failed by the next process that looks, within
 about ``LEASE_SECONDS * 4 / 3`` of the crash."""
 REMOTE_RECHECK_SECONDS = 2.0
 """How often a process re-reads the tasks running elsewhere that its ``tasks/result`` requests
@@ -262,6 +280,13 @@ MAX_REMOTE_WAITERS = 1024
 SWEEP_BATCH = 1000
 SWEEP_INTERVAL = 60.0
 """Seconds between sweeps of a durable store's expired records."""
+
+
+class WorkReader(Protocol):
+    """What reads tasks' work back (:class:`~trio_mcp.actors._queue.WorkSource`)."""
+
+    def run(self, record: TaskRecord, work: bytes) -> Work | ErrorValue: ...
+    def max_runs(self, work: bytes) -> int | None: ...
 
 
 class TaskSupervisor(Actor[SupervisorMessage]):
@@ -290,6 +315,14 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         """This process's name among those sharing the store."""
         # The store's abilities, read once (stores/base.py declares them).
         self._shared: SharedTaskStore | None = self.store if isinstance(self.store, SharedTaskStore) else None
+        self._queue: WorkQueue | None = self.store if isinstance(self.store, WorkQueue) else None
+        self.works = True
+        """With a work queue: whether this process claims queued tasks (a front started with
+        ``--no-work`` does not: it queues every task it creates)."""
+        self.work_reader: WorkReader | None = None
+        """Reads queued tasks' work (set by the runtime that serves the tools)."""
+        self._work_wake = trio.Event()
+        self._draining = False
         self._durable: DurableTaskStore | None = (
             self.store if isinstance(self.store, DurableTaskStore) else None
         )
@@ -304,7 +337,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             policy=retry if retry is not None else RetryPolicy(timeout=self.limits.store_timeout),
             shared=self._shared,
             origin=self.origin,
-            lease_seconds=LEASE_SECONDS,
+            lease_seconds=self.limits.lease_seconds,
             wall_clock=wall_clock,
         )
         self._forget_lane = None if self._writer.immediate else self._writer.forget
@@ -354,6 +387,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 await nursery.start(self._event_loop, self._shared)
                 nursery.start_soon(self._lease_loop, self._shared)
                 nursery.start_soon(self._recheck_loop)
+            if self._queue is not None:
+                nursery.start_soon(self._work_loop, self._queue)
             nursery.start_soon(self._expire_loop)
             self._nursery = nursery
             task_status.started()
@@ -439,15 +474,44 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         else:
             self._create(message)
 
+    @property
+    def queues(self) -> bool:
+        """Whether tasks are stored with their work (a store that is a work queue)."""
+        return self._queue is not None
+
     def _create(self, message: CreateTask) -> None:
         record = self._new_task(message)
         if record is not None:
+            work = message.work
+            replay = work.replay if self._queue is not None and isinstance(work, StagedWork) else None
+            submission: Submission | None = None
+            if replay is not None:
+                limits = self.limits
+                queued = not self.works or self._draining or len(self._actors) >= limits.max_running_work
+                submission = Submission(replay, queued, limits.max_queued_per_owner, limits.max_queued)
+                if queued:  # another process (or this one, once it has room) runs it
+                    try:
+                        self._writer.create(record, self._created_queued, message, record, work=submission)
+                    except Exception as exc:
+                        log.error("task store failed to create a task: %r", exc, exc_info=exc)
+                        message.reply.fail_value(STORE_FAILURE)
+                    return
             actor = self._start_actor(message, record)
             try:
-                self._writer.create(record, self._created, message, actor)
+                self._writer.create(record, self._created, message, actor, work=submission)
             except Exception as exc:
                 log.error("task store failed to create a task: %r", exc, exc_info=exc)
                 self._created(message, actor, STORE_FAILURE)
+
+    def _created_queued(self, message: CreateTask, record: TaskRecord, error: ErrorValue | None) -> None:
+        """A queued task is stored (or refused): its creator hears of it, and its watcher of
+        its news from whichever process runs it."""
+        if error is not None:
+            message.reply.fail_value(error)
+            return
+        if message.watcher is not None:
+            self._watchers.setdefault(record.task_id, []).append(message.watcher)
+        message.reply.send(record)
 
     def _created(self, message: CreateTask, actor: TaskActor, error: ErrorValue | None) -> None:
         """The store has the new task (``error`` None): its creator gets its record; or it was
@@ -775,6 +839,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             del self._actors[task_id]  # final and stored: the task is a record now
             if self._forget_lane is not None:
                 self._forget_lane(task_id)
+            if self._queue is not None:
+                self._work_wake.set()  # room for a queued task
 
     def _on_lost(self, task_id: str, current: TaskRecord | None) -> None:
         """A change of ours met a record that stands: ended elsewhere (the task stops and is as
@@ -924,13 +990,16 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             try:
                 if running:
                     with trio.fail_after(self._writer.timeout):
-                        ended = await shared.hold(running, self.origin, self.wall_clock() + LEASE_SECONDS)
+                        ended = await shared.hold(
+                            running, self.origin, self.wall_clock() + self.limits.lease_seconds
+                        )
                     if ended:
                         self.mailbox.put(_Recheck(tuple(ended)), system=True)
             except Exception as exc:
                 log.error("task store failed to renew leases: %r", exc, exc_info=exc)
             self.mailbox.put(_Lapse(), system=True)
-            await trio.sleep(LEASE_SECONDS / 3)
+            self._work_wake.set()  # look for queued work too (an event may have been missed)
+            await trio.sleep(self.limits.lease_seconds / 3)
 
     async def _recheck_loop(self) -> None:
         """Every :data:`REMOTE_RECHECK_SECONDS`, read again the tasks running elsewhere that
@@ -965,7 +1034,10 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self._deliver(actor, ProvideInput(event.responses, Reply()))
         elif event.kind == "changed":
             await self._news(event.task_id)
+        elif event.kind == "work":
+            self._work_wake.set()
         elif event.kind == "resync":  # events may have been missed: read what is waited for
+            self._work_wake.set()
             await self._recheck(tuple({*self._remote_waiters, *self._watchers}))
 
     async def _news(self, task_id: str) -> None:
@@ -980,6 +1052,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             return
         if record is not None and self._watchers:
             self._tell_watchers(record)
+            if record.is_terminal and task_id not in self._actors:
+                self._watchers.pop(task_id, None)  # it ends elsewhere: nothing more to tell
         if record is None or record.outcome is not None:
             for reply in self._remote_waiters.pop(task_id, ()):
                 if record is not None and record.outcome is not None:
@@ -999,7 +1073,13 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         for record in lapsed:
             if record.task_id in self._actors or record.is_terminal:
                 continue
-            failed = record.settle(TaskOutcome.from_error(PROCESS_GONE), now=self.wall_clock())
+            error = PROCESS_GONE
+            if self._queue is not None:
+                again = await self._run_again(self._queue, record)
+                if again is None:
+                    continue  # queued again, or alive after all
+                error = again
+            failed = record.settle(TaskOutcome.from_error(error), now=self.wall_clock())
             try:
                 if await self._read(functools.partial(self.store.update, failed)):
                     with trio.fail_after(self._writer.timeout):
@@ -1008,6 +1088,122 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                     await self._news(record.task_id)
             except Exception as exc:
                 log.error("task store failed to fail lapsed task %s: %r", record.task_id, exc, exc_info=exc)
+
+    async def _run_again(self, queue: WorkQueue, record: TaskRecord) -> ErrorValue | None:
+        """A task whose process died: queue it again if its tool allows another run (None),
+        or the error it ends with."""
+        try:
+            with trio.fail_after(self._writer.timeout):
+                held = await queue.work_of(record.task_id)
+                if held is None or self.work_reader is None:
+                    return PROCESS_GONE  # a session's task (2025-11-25): it ran where its session was
+                max_runs = self.work_reader.max_runs(held[0])
+                again = await queue.requeue(record.task_id, self.wall_clock(), max_runs)
+                if again == 1:
+                    log.warning(
+                        "task %s: its server process stopped; it is queued to run again", record.task_id
+                    )
+                    await self._publish("work", record.task_id)
+                    self._work_wake.set()
+                    return None
+        except Exception as exc:
+            log.error("task store failed to requeue task %s: %r", record.task_id, exc, exc_info=exc)
+            return None  # the next sweep tries again
+        if again == 0:
+            return None
+        if again == -1:
+            return NOT_RETRIED if max_runs == 1 else OUT_OF_RUNS
+        return PROCESS_GONE
+
+    # -- the work queue --------------------------------------------------------------------
+    async def _work_loop(self, queue: WorkQueue) -> None:
+        """Claim queued tasks while this process has room (:attr:`TaskLimits.max_running_work`),
+        and run them. Between claims it waits for news: another process queued a task (its
+        ``work`` event), a task here ended (room), events were missed (``resync``), or the lease
+        loop's round (every third of the lease), so that a missed event delays work that long
+        at most."""
+        backoff = self._writer.policy.backoff()
+        while True:
+            room = self.limits.max_running_work - len(self._actors)
+            claimed: list[tuple[TaskRecord, bytes]] = []
+            if self.works and not self._draining and room > 0 and self.work_reader is not None:
+                self._work_wake = trio.Event()
+                try:
+                    with trio.fail_after(self._writer.timeout):
+                        claimed = await queue.claim(
+                            self.origin, min(room, CLAIM_BATCH), self.wall_clock() + self.limits.lease_seconds
+                        )
+                except Exception as exc:
+                    log.warning("task store failed to hand out queued tasks: %r", exc)
+                    await backoff.wait()
+                    continue
+                backoff = self._writer.policy.backoff()
+                for record, work in claimed:
+                    self._adopt(record, work)
+                if len(claimed) == min(room, CLAIM_BATCH):
+                    await trio.lowlevel.checkpoint()
+                    continue  # there may be more
+            else:
+                self._work_wake = trio.Event()
+            await self._work_wake.wait()
+
+    def _adopt(self, record: TaskRecord, work: bytes) -> None:
+        """Run a task claimed from the queue here."""
+        assert self.work_reader is not None and self._nursery is not None
+        task_id = record.task_id
+        run = self.work_reader.run(record, work)
+        if isinstance(run, ErrorValue):
+            self._writer.update(record.settle(TaskOutcome.from_error(run), now=self.wall_clock()))
+            return
+        actor = TaskActor(record, run, self._actor_host, None)
+        self._actors[task_id] = actor
+        due = self.table.add(
+            task_id, record.owner, None, self._trio_now() + record.expires_at - self.wall_clock()
+        )
+        if due < self._timer_deadline:
+            self._timer_deadline = self._timer.deadline = due
+        self._spawn_work(self._nursery, actor)
+
+    async def drain(self, seconds: float) -> None:
+        """Stop taking work (no more claims; tasks created from now on are queued for other
+        processes) and let the tasks running here finish, for at most ``seconds``. Then each
+        one still running is handed back to the queue if its tool may run again, or ends
+        ``failed`` ("server shut down"); returns once that is stored."""
+        self._draining = True
+        self._work_wake.set()
+        with trio.move_on_after(seconds):
+            while any(not actor.record.is_terminal for actor in self._actors.values()):  # noqa: ASYNC110
+                await trio.sleep(0.05)  # bounded, once, at the end of the process
+        for task_id, actor in list(self._actors.items()):
+            if actor.record.is_terminal:
+                continue
+            if await self._hand_back(task_id):
+                self._actors.pop(task_id, None)
+                self.table.remove(task_id)
+                actor.stop(SHUT_DOWN)
+                self._writer.forget(task_id)
+                continue
+            actor.crashed(SHUT_DOWN, now=self.wall_clock())
+            self._changed(actor, actor.record)
+        with trio.move_on_after(self._writer.timeout):
+            await self._writer.settled()
+
+    async def _hand_back(self, task_id: str) -> bool:
+        """Queue a task running here again for another process (its tool may run again)."""
+        queue, reader = self._queue, self.work_reader
+        if queue is None or reader is None:
+            return False
+        try:
+            with trio.fail_after(self._writer.timeout):
+                held = await queue.work_of(task_id)
+                if held is None or reader.max_runs(held[0]) == 1:
+                    return False
+                if await queue.hand_back(task_id, self.origin):
+                    await self._publish("work", task_id)
+                    return True
+        except Exception as exc:
+            log.error("task store failed to hand back task %s: %r", task_id, exc, exc_info=exc)
+        return False
 
     async def _recover(self, store: DurableTaskStore) -> None:
         """Fail the tasks a previous process left unfinished in a durable store: their work

@@ -132,6 +132,10 @@ class StagedWork:
 
     __slots__ = ()
 
+    replay: bytes | None = None
+    """The work described for a work queue (:mod:`trio_mcp.actors._queue`), so that another
+    process can run it; None: it runs only here."""
+
     def start(self, actor: TaskActor) -> Awaitable[Any] | TaskOutcome:
         raise NotImplementedError
 

@@ -303,6 +303,16 @@ def cli() -> None:
 
 # ------------------------------------------------------------------------------------ serve
 
+_DRAIN = click.option(
+    "--drain",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="With a redis:// store: on SIGTERM/SIGINT, how long running tasks may go on; then each "
+    "goes back to the queue (tools marked retries/idempotent) or ends failed.",
+)
+
 
 @cli.command(epilog=EXIT_CODES_SERVE)
 @click.argument("spec", metavar="SERVER")
@@ -364,6 +374,13 @@ def cli() -> None:
     'answered -32603 "server shutting down" (new requests get 503 + Retry-After meanwhile).',
 )
 @click.option(
+    "--no-work",
+    is_flag=True,
+    help="With a redis:// --store: run no tasks here; every task this process creates is queued "
+    "for `trio-mcp worker` processes (or other fronts) to run.",
+)
+@_DRAIN
+@click.option(
     "--state-key",
     envvar="TRIO_MCP_STATE_KEY",
     metavar="KEY",
@@ -390,6 +407,8 @@ def serve(
     tls_cert: str | None,
     tls_key: str | None,
     grace: float,
+    no_work: bool,
+    drain: float,
     state_key: str | None,
     log_level: str,
 ) -> None:
@@ -446,12 +465,88 @@ def serve(
             raise SystemExit(int(exc.code)) from None
         if store != "memory":
             server.store_factory = store_factory
+        server.works = not no_work
+        server.drain_seconds = drain
         if key is not None:
             from ..protocol.request_state import StateCodec
 
             server.state_codec = StateCodec(key)
         http_options = {"tls_cert": tls_cert, "tls_key": tls_key, "grace": grace}
         _serve(server, address, token, origins, over_http=http is not None, http_options=http_options)
+
+
+# ----------------------------------------------------------------------------------- worker
+
+
+@cli.command(epilog=EXIT_CODES_SERVE)
+@click.argument("spec", metavar="SERVER")
+@click.option(
+    "--store",
+    metavar="URL",
+    envvar="TRIO_MCP_STORE",
+    help="The redis:// (or rediss://, redis+sentinel://) store the fronts queue tasks in "
+    "[env: TRIO_MCP_STORE]. Default: the server's own store, which must be such a store.",
+)
+@_DRAIN
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="warning",
+    show_default=True,
+    help="Logging threshold; logs go to stderr.",
+)
+def worker(spec: str, store: str | None, drain: float, log_level: str) -> None:
+    """Run the tasks that server processes queue in a shared store, with no listener.
+
+    SERVER is the same MODULE:OBJECT or FILE.py:OBJECT the fronts serve (the worker runs its
+    tools). It claims queued tasks while it has room (the server's limits.max_running_work),
+    renews its lease on each, and stores their statuses and results; clients reach them through
+    any front. SIGTERM stops claiming and lets running tasks finish for --drain seconds.
+
+    \b
+    Examples:
+      trio-mcp serve app.py --http 0.0.0.0:8000 --store redis://cache:6379/0 --no-work
+      trio-mcp worker app.py --store redis://cache:6379/0
+    """
+    from ..stores import store_from_url
+
+    factory = None
+    if store is not None:
+        try:
+            factory = store_from_url(store)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--store'") from None
+    err = stderr_console()
+    with _logging_to_stderr(log_level):
+        try:
+            server = load_server(spec)
+        except CliError as exc:
+            print_error(err, exc)
+            raise SystemExit(int(exc.code)) from None
+        if factory is not None:
+            server.store_factory = factory
+        server.drain_seconds = drain
+
+        async def body(interrupts: Interrupts) -> int:
+            async with server.open() as runtime:
+                if not runtime.supervisor.queues:
+                    raise CliError(
+                        ExitCode.USAGE,
+                        "a worker needs a shared store that queues work: --store redis://HOST:PORT/DB",
+                    )
+                stopping = trio.Event()
+
+                def stop() -> None:
+                    log.warning("signal received: draining (running tasks get %g s)", drain)
+                    stopping.set()
+
+                interrupts.handler = stop
+                err.print(f"Working for {server.info.name}: running queued tasks", highlight=False)
+                await stopping.wait()
+                await runtime.shutdown()
+            return ExitCode.OK
+
+        _execute(body)
 
 
 @contextlib.contextmanager

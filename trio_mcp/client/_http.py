@@ -239,8 +239,21 @@ class HttpTransport:
         initialize: bool = False,
     ) -> None:
         try:
-            async with self._http.stream("POST", self.url, content=message, headers=headers) as response:
-                await self._answer(response, request_id, modern, initialize)
+            for attempt in range(UNAVAILABLE_RETRIES + 1):
+                async with self._http.stream("POST", self.url, content=message, headers=headers) as response:
+                    wait = (
+                        _retry_after(response)
+                        if (modern or initialize) and attempt < UNAVAILABLE_RETRIES
+                        else None
+                    )
+                    if wait is None:
+                        await self._answer(response, request_id, modern, initialize)
+                        return
+                    await response.aread()
+                # 503 + Retry-After: a server process stopping refused it unprocessed, and
+                # closed the connection; a balancer sends the retry to another process.
+                log.info("HTTP 503 (the server is stopping): retrying in %.1f s", wait)
+                await trio.sleep(wait)
         except httpx.HTTPError as exc:
             await self._fail(request_id, f"HTTP request failed: {exc!r}")
         except AuthorizationError as exc:
@@ -386,6 +399,22 @@ class HttpTransport:
                 failures += 1
             opened.set()
             await trio.sleep(self.retry * min(failures + 1, 30))
+
+
+UNAVAILABLE_RETRIES = 3
+"""How often a stateless (2026-07-28) request, or an ``initialize``, is sent again after a 503
+with ``Retry-After`` (waiting that long, at most :data:`MAX_RETRY_AFTER` seconds)."""
+MAX_RETRY_AFTER = 5.0
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The wait a 503 with ``Retry-After`` (seconds) asks for; None for any other answer."""
+    if response.status_code != 503:
+        return None
+    try:
+        return min(max(float(response.headers.get("retry-after", "")), 0.0), MAX_RETRY_AFTER)
+    except ValueError:
+        return None
 
 
 def _is_jsonrpc(obj: Any) -> bool:

@@ -87,6 +87,18 @@ class TaskLimits:
     running after this long is answered with a task (``CreateTaskResult``); one that ends
     sooner, with its plain result. A tool that asks for input within the window becomes a task
     at once."""
+    max_running_work: int = 1_000
+    """With a work queue (a Redis store): tasks this process runs at once. Past it, the tasks
+    it creates are queued for another process, and it claims none until it has room."""
+    max_queued_per_owner: int | None = 10_000
+    """With a work queue: tasks of one owner waiting in the queue (all processes together);
+    past it, creations that would queue are refused with -32010."""
+    max_queued: int | None = 100_000
+    """With a work queue: tasks waiting in the queue, all owners together; past it, -32010."""
+    lease_seconds: float = 15.0
+    """With a shared store (Redis): the lease a process holds on each task it runs, renewed
+    every third of it. When a process dies, its tasks are run again elsewhere (tools that
+    allow it) or failed by the next process that looks, within about 4/3 of this."""
 
     def grant_ttl(self, requested: int | None) -> int:
         if requested is None:

@@ -109,13 +109,19 @@ from ..transports.http import (
 )
 from ..transports.security import (
     DEFAULT_ALLOWED_ORIGINS,
+    INSUFFICIENT_SCOPE_CODE,
+    NO_CALLER,
     AccessToken,
     Authenticator,
+    Caller,
     InsufficientScope,
     OriginPolicy,
     bearer_token,
+    current_caller,
     identity_owner,
+    missing_scopes,
     origin_check,
+    request_headers,
     verify_token,
 )
 from ._server import Server, ServerRuntime, open_runtime, register_listener
@@ -200,6 +206,14 @@ class _Exchange:
         self.started = False
         self.finished = False
         self.disconnected = trio.Event()
+        self.access: AccessToken | None = None
+        """What the verifier said of the request's bearer token (None: no verifier)."""
+
+    def caller(self, identity: str | None) -> Caller:
+        """Who makes this request, as its tools see it: ``identity``, the token's scopes, and
+        the request's headers (``Authorization`` redacted)."""
+        scopes = self.access.scopes if self.access is not None else frozenset()
+        return Caller(identity, scopes, request_headers(self.scope.get("headers") or ()))
 
     def header(self, name: str) -> str | None:
         values = self.headers.get(name)
@@ -408,7 +422,7 @@ class _Session:
         self.initialized = False
         """``notifications/initialized`` arrived: the handshake is over."""
         self.created = trio.current_time()
-        self._in_send, self._in_recv = trio.open_memory_channel[jsonrpc.Message](INBOUND_SIZE)
+        self._in_send, self._in_recv = trio.open_memory_channel[tuple[jsonrpc.Message, Caller]](INBOUND_SIZE)
         self.seq = 0
         self.streams: dict[str, _Stream] = {GET_STREAM: _Stream(GET_STREAM)}
         self._order: collections.deque[tuple[_Stream, _Event]] = collections.deque()
@@ -446,9 +460,14 @@ class _Session:
     # -- the Transport the session actor runs on --------------------------------------------
     async def receive(self) -> jsonrpc.Received:
         try:
-            return await self._in_recv.receive()
+            message, caller = await self._in_recv.receive()
         except trio.ClosedResourceError:
             raise trio.EndOfChannel from None
+        # Who sent it, for the actor's reader: it reads (and starts serving) this message in
+        # its own context, so what it serves sees the caller of the POST that carried it (its
+        # headers, its token's scopes), and a task created now keeps it.
+        current_caller.set(caller)
+        return message
 
     async def send(self, message: bytes) -> None:
         self.route(message)
@@ -472,10 +491,11 @@ class _Session:
         for stream in self.streams.values():
             stream.wake()
 
-    async def feed(self, message: jsonrpc.Message) -> bool:
-        """Give the actor one message (parsed once, by the app); False if the session has ended."""
+    async def feed(self, message: jsonrpc.Message, caller: Caller = NO_CALLER) -> bool:
+        """Give the actor one message (parsed once, by the app) and who sent it; False if the
+        session has ended."""
         try:
-            await self._in_send.send(message)
+            await self._in_send.send((message, caller))
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             return False
         return True
@@ -653,7 +673,9 @@ class McpHttpApp:
         self.authenticate = authenticate
         self.required_scopes: tuple[str, ...] = tuple(getattr(authenticate, "required_scopes", ()))
         self.authorization_servers = list(authorization_servers)
-        self.scopes_supported = list(scopes_supported) or list(self.required_scopes)
+        self.scopes_supported = list(scopes_supported)
+        """Given: the metadata's ``scopes_supported``; empty: the verifier's required scopes
+        and every tool's ``scopes``, as registered when the document is asked for."""
         self.resource_url = resource_url
         self.max_body_size = max_body_size
         self.event_buffer = event_buffer
@@ -869,14 +891,10 @@ class McpHttpApp:
             try:
                 access = await verify_token(self.authenticate, token) if token is not None else None
             except InsufficientScope as exc:
-                challenge = (
-                    f'Bearer error="insufficient_scope", scope={_quoted(" ".join(exc.required))}, '
-                    f"resource_metadata={_quoted(self._metadata_url(exchange))}"
-                )
                 await exchange.error(
                     403,
                     f"Forbidden: the token lacks a required scope ({' '.join(exc.required)})",
-                    headers=[("www-authenticate", challenge)],
+                    headers=[("www-authenticate", self._scope_challenge(exchange, exc.required))],
                 )
                 return
             except Exception as exc:
@@ -896,6 +914,7 @@ class McpHttpApp:
                 )
                 return
             identity = access.identity
+            exchange.access = access
         if self.runtime is None or self._nursery is None:
             await exchange.error(503, "Service unavailable: the MCP app is not running", code=INTERNAL_ERROR)
             return
@@ -934,6 +953,53 @@ class McpHttpApp:
         suffix = ("/" + path.rstrip("/")) if slash and path.strip("/") else ""
         return f"{scheme}://{authority}{METADATA_PATH}{suffix}"
 
+    def _scopes_in_use(self) -> list[str]:
+        """The verifier's required scopes, then the tools' (each once, in order)."""
+        tools = self.runtime.server.tools.values() if self.runtime is not None else ()
+        return list(dict.fromkeys((*self.required_scopes, *(s for tool in tools for s in tool.scopes))))
+
+    def _scope_challenge(self, exchange: _Exchange, scopes: Iterable[str]) -> str:
+        """``WWW-Authenticate`` of a 403 for a token that lacks ``scopes`` (RFC 6750 §3.1)."""
+        return (
+            f'Bearer error="insufficient_scope", scope={_quoted(" ".join(scopes))}, '
+            f"resource_metadata={_quoted(self._metadata_url(exchange))}"
+        )
+
+    def _tool_scopes(self, request: jsonrpc.Request) -> tuple[str, ...]:
+        """The scopes the tool a ``tools/call`` names requires (none for an unknown tool: that
+        is for the session to answer, -32602)."""
+        name = (request.params or {}).get("name")
+        entry = (
+            self.runtime.server.tools.get(name)
+            if self.runtime is not None and isinstance(name, str)
+            else None
+        )
+        return entry.scopes if entry is not None else ()
+
+    async def _refuse_tool(self, exchange: _Exchange, request: jsonrpc.Request) -> bool:
+        """With a verifier: answer 403 ``insufficient_scope`` (and True) for a ``tools/call``
+        — plain or task-augmented, either era — of a tool whose ``scopes`` the token lacks,
+        before anything runs. The challenge names the server's required scopes and the tool's,
+        so that a client asking its authorization server for exactly those loses nothing."""
+        if self.authenticate is None or request.method != "tools/call":
+            return False
+        needed = self._tool_scopes(request)
+        granted = exchange.access.scopes if exchange.access is not None else frozenset()
+        lacking = missing_scopes(needed, granted)
+        if not lacking:
+            return False
+        name = (request.params or {}).get("name")
+        challenge = self._scope_challenge(exchange, dict.fromkeys((*self.required_scopes, *needed)))
+        await exchange.error(
+            403,
+            f"Forbidden: the tool {name!r} needs the scopes: {' '.join(lacking)}",
+            code=INSUFFICIENT_SCOPE_CODE,
+            id=request.id,
+            data={"error": "insufficient_scope", "scope": " ".join(needed)},
+            headers=[("www-authenticate", challenge)],
+        )
+        return True
+
     async def _metadata(self, exchange: _Exchange) -> None:
         if exchange.method != "GET":
             await exchange.error(405, "Method not allowed", headers=[("allow", "GET")])
@@ -942,7 +1008,7 @@ class McpHttpApp:
             "resource": self._resource(exchange),
             "authorization_servers": self.authorization_servers,
             "bearer_methods_supported": ["header"],
-            "scopes_supported": self.scopes_supported,
+            "scopes_supported": self.scopes_supported or self._scopes_in_use(),
         }
         await exchange.respond(200, json.dumps(document).encode(), content_type=JSON)
 
@@ -971,6 +1037,8 @@ class McpHttpApp:
         except jsonrpc.InvalidMessage as exc:
             error = exc.response.error
             await exchange.error(400, error.message, code=error.code, id=exc.response.id)
+            return
+        if isinstance(message, jsonrpc.Request) and await self._refuse_tool(exchange, message):
             return
         version = exchange.header(HEADER_PROTOCOL_VERSION)
         params = message.params if isinstance(message, jsonrpc.Request | jsonrpc.Notification) else None
@@ -1094,9 +1162,15 @@ class McpHttpApp:
 
         answer: list[tuple[bytes, int | None]] = []
 
+        caller = exchange.caller(identity)
+
         async def serve() -> None:
             with out_send:
-                answer.append(await runtime.serve_one(message, owner=owner, client=client, send=send))
+                answer.append(
+                    await runtime.stateless.serve_one(
+                        message, owner=owner, client=client, send=send, caller=caller
+                    )
+                )
 
         async def both() -> None:
             async with trio.open_nursery() as nursery:
@@ -1190,7 +1264,7 @@ class McpHttpApp:
             session = found
         with session.in_use():
             if not isinstance(message, jsonrpc.Request):
-                if await session.feed(message):
+                if await session.feed(message, exchange.caller(identity)):
                     if isinstance(message, jsonrpc.Notification):
                         if message.method == CANCELLED:
                             session.withdraw((message.params or {}).get("requestId"))
@@ -1268,7 +1342,7 @@ class McpHttpApp:
         self, exchange: _Exchange, session: _Session, request: jsonrpc.Request, creating: bool
     ) -> None:
         waiter = session.wait_json(request.id)
-        if not await session.feed(request):
+        if not await session.feed(request, exchange.caller(session.identity)):
             await exchange.error(404, "Session not found")
             return
 
@@ -1299,7 +1373,7 @@ class McpHttpApp:
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         stream = session.open_post_stream(request.id, token)
         start = session.seq
-        if not await session.feed(request):
+        if not await session.feed(request, exchange.caller(session.identity)):
             await exchange.error(404, "Session not found")
             return
         await self._serve_stream(exchange, session, stream, start)
@@ -1472,8 +1546,14 @@ def mcp_asgi_app(
     ``error="insufficient_scope", scope="…"``; it also turns on the RFC 9728
     document at ``/.well-known/oauth-protected-resource[/<path>]``, listing
     ``authorization_servers`` and ``scopes_supported``, default the verifier's
-    ``required_scopes``; ``resource_url`` is the public URL of
+    ``required_scopes`` and the tools' ``scopes``; ``resource_url`` is the public URL of
     the endpoint, default taken from the request's ``Host``), ``max_body_size`` (else **413**).
+    With ``authenticate``, a ``tools/call`` (plain or as a task, either era) of a tool
+    registered with ``scopes=[...]`` that the token lacks is answered **403** with
+    ``WWW-Authenticate: Bearer error="insufficient_scope", scope="…", resource_metadata="…"``
+    (the scopes the server requires and the tool's) before anything runs; without
+    ``authenticate`` tool scopes are not enforced. Tools see who calls as ``ctx.identity``,
+    ``ctx.scopes`` and ``ctx.headers`` (the request's, ``Authorization`` redacted).
 
     Limits: ``event_buffer`` SSE events and ``event_buffer_bytes`` bytes kept per session for
     replay, ``max_event_bytes`` by all sessions together (events already written to the client
@@ -1626,7 +1706,19 @@ async def serve_http(
                 shielded.deadline = trio.current_time() + grace + SHUTDOWN_WRITE_GRACE + 3
                 log.info("HTTP server stopping: %d request(s) in progress", http.in_progress)
                 http.drain()
+                drained_by = trio.current_time() + grace
                 await app.shutdown(grace)
+                # Keep-alive connections stay open a little longer (within the grace, at most
+                # DRAIN_LINGER, and only while clients still send on them): a request a client
+                # sends on one meanwhile is answered 503 + Retry-After + Connection: close,
+                # which it retries elsewhere; closed at once, the request would cross the close
+                # and fail without an answer.
+                lingering = trio.current_time()
+                with trio.move_on_at(min(drained_by, lingering + DRAIN_LINGER)):
+                    while http.connections and (  # noqa: ASYNC110 - bounded, once, at the end
+                        trio.current_time() - max(lingering, http.refused_at) < LINGER_QUIET
+                    ):
+                        await trio.sleep(0.05)
                 http.close()
 
     async with trio.open_nursery() as nursery:
@@ -1637,6 +1729,14 @@ async def serve_http(
             await trio.sleep_forever()
         finally:
             stopping.set()
+
+
+DRAIN_LINGER = 2.0
+"""Seconds at most a stopping HTTP server keeps idle keep-alive connections open once its
+requests are answered (within its grace), so that clients using them get a 503 to retry
+rather than a connection closed under their request; it closes them sooner once no request
+has come for :data:`LINGER_QUIET` seconds."""
+LINGER_QUIET = 0.25
 
 
 def _bind(host: str, port: int) -> str:

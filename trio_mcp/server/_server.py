@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 import attrs
 import trio
 
+from ..actors._middleware import Middlewares, RequestMiddleware, ToolMiddleware
 from ..actors._oneshot import Stateless
+from ..actors._queue import WorkSource
 from ..actors._request import RequestObserver
 from ..actors._session import SessionActor, ToolCall
 from ..actors.supervisor import TaskLimits, TaskSupervisor
@@ -91,6 +93,8 @@ F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 ToolWrapper: TypeAlias = Callable[["RegisteredTool", Awaitable[Any], "str | None"], Awaitable[Any]]
 """Wraps a tool's running coroutine: ``wrap(tool, running, task_id)`` returns what to await."""
 G = TypeVar("G", bound=Callable[..., Any])
+M = TypeVar("M", bound=RequestMiddleware)
+T = TypeVar("T", bound=ToolMiddleware)
 C = TypeVar("C", bound=Completer)
 
 
@@ -294,6 +298,14 @@ class Server:
         bytes); by default each server makes its own."""
         self.lifespan: Lifespan | None = lifespan
         """Entered by each :meth:`open` around the runtime; see the class docstring."""
+        self.works = True
+        """With a store that is a work queue (Redis): whether this process runs queued tasks.
+        False (``trio-mcp serve --no-work``): every task it creates is queued for the others
+        (``trio-mcp worker`` processes). Set it before the server is opened."""
+        self.drain_seconds = 30.0
+        """With a work queue: on shutdown, how long the tasks running here may go on before
+        each is handed back to the queue (a tool marked ``retries``/``idempotent``) or ends
+        ``failed`` (``--drain``). Without one, shutdown cancels running tasks at once."""
         self.request_observer: RequestObserver | None = None
         """Told of every request's stages — admitted, answered, written (or dropped) — for
         telemetry; see :class:`~trio_mcp.actors._request.RequestObserver`. Set it before the
@@ -305,8 +317,49 @@ class Server:
         """Whether a tool runs on asyncio: each runtime then opens an asyncio loop."""
         self._asyncio_loop: Any = None
         """The asyncio loop the latest runtime opened (while open), for calls outside its context."""
+        self.middleware_chain: Middlewares | None = None
+        """The middleware :meth:`add_middleware` registered, in order (None: none)."""
+        self._request_middleware: list[RequestMiddleware] = []
+        self._tool_middleware: list[ToolMiddleware] = []
         if telemetry:
             self.instrument()
+
+    # -- middleware ---------------------------------------------------------------------------
+    def add_middleware(self, middleware: Any) -> None:
+        """Run ``middleware`` around every request (and, for an object with ``on_tool_call``,
+        every tool run), inside those already added: the first added sees a request first and
+        its answer last. ``middleware`` is an async function ``(request, call_next)`` (request
+        middleware), or an object with ``on_request`` and/or ``on_tool_call``, such as a
+        :class:`~trio_mcp.server.middleware.Middleware` (``RequestLog()``, ``RateLimit(10)``).
+        See :mod:`trio_mcp.server.middleware`. Add it before serving: a connection looks once,
+        when it opens, whether the server has middleware (one opened without any serves
+        without, at no cost per request).
+
+        >>> from trio_mcp.server.middleware import RateLimit, RequestLog
+        >>> server = Server("guarded")
+        >>> server.add_middleware(RequestLog())
+        >>> server.add_middleware(RateLimit(rate=5, burst=10))
+        """
+        from .middleware import hooks_of
+
+        on_request, on_tool_call = hooks_of(middleware)
+        if on_request is not None:
+            self._request_middleware.append(on_request)
+        if on_tool_call is not None:
+            self._tool_middleware.append(on_tool_call)
+        self.middleware_chain = Middlewares(self._request_middleware, self._tool_middleware)
+
+    def middleware(self, fn: M) -> M:
+        """Decorator: ``fn(request, call_next)`` becomes request middleware (:meth:`add_middleware`)."""
+        self.add_middleware(fn)
+        return fn
+
+    def tool_middleware(self, fn: T) -> T:
+        """Decorator: ``fn(call, call_next)`` runs around every tool run, inside the tool
+        middleware already added (a plain call's, or a task's, inside the task)."""
+        self._tool_middleware.append(fn)
+        self.middleware_chain = Middlewares(self._request_middleware, self._tool_middleware)
+        return fn
 
     def instrument(
         self,
@@ -389,7 +442,10 @@ class Server:
         ``retries`` and ``idempotent`` say whether a task of this tool may run again when the
         process running it dies (work shared through a Redis store): at most ``retries`` more
         times, or always when ``idempotent``; other tools' tasks end ``failed`` instead.
-        ``scopes`` are the OAuth scopes a caller's token must hold (HTTP with a verifier).
+        ``scopes`` are the OAuth scopes a caller's token must hold to call it: without them a
+        ``tools/call`` (plain or as a task) is answered, before anything runs, HTTP **403**
+        ``insufficient_scope`` (WebSocket: JSON-RPC error -32003). Enforced only where an
+        ``authenticate=`` verifier is configured: with none (and over stdio) they are not.
 
         Use it as ``@server.tool()`` (with options) or bare, ``@server.tool``.
         """
@@ -745,6 +801,7 @@ class Server:
             owned = store is None  # a store we make, we close
             store = store if store is not None else self.store_factory()
             supervisor = TaskSupervisor(self.limits, store=store, wall_clock=wall_clock, tracer=tracer)
+            supervisor.works = self.works
             runtime = ServerRuntime(self, supervisor, lifespan=shared)
             if self.lifespan is not None:
                 bind_lifespan(supervisor, shared)
@@ -1086,6 +1143,8 @@ class ServerRuntime:
 
     @stateless.default
     def _stateless(self) -> Stateless:
+        # Queued tasks' work is read back against this server's tools (actors/_queue.py).
+        self.supervisor.work_reader = WorkSource(self.server, self.supervisor)
         return Stateless(self.server, self.supervisor)
 
     async def serve_one(
@@ -1110,7 +1169,14 @@ class ServerRuntime:
     async def shutdown(self, grace: float = SHUTDOWN_GRACE) -> None:
         """Stop serving cleanly: every request still waiting is answered with an error
         (-32603 "server shutting down") and its work cancelled, and what is queued for each
-        client is written, for at most ``grace`` seconds. Cancel the serving nursery after."""
+        client is written, for at most ``grace`` seconds. Cancel the serving nursery after.
+
+        With a store that is a work queue, the tasks running here first get
+        :attr:`Server.drain_seconds` to finish (no new ones are claimed meanwhile); each still
+        running then goes back to the queue for another process if its tool may run again
+        (``retries``/``idempotent``), or ends ``failed`` "server shut down"."""
+        if self.supervisor.queues:
+            await self.supervisor.drain(self.server.drain_seconds)
         for session in list(self.sessions):
             session.shutdown()
         self.stateless.shutdown()

@@ -41,6 +41,8 @@ __all__ = [
     "SharedTaskStore",
     "TaskEvent",
     "TaskStore",
+    "WorkQueue",
+    "WorkRefused",
     "owner_tag",
     "store_key",
     "text_digest",
@@ -146,3 +148,53 @@ class SharedTaskStore(TaskStore, Protocol):
     async def hold(self, task_ids: Sequence[str], origin: str, until: float) -> list[str]: ...
     async def release(self, task_ids: Sequence[str]) -> None: ...
     async def lapsed(self, now: float, limit: int) -> list[TaskRecord]: ...
+
+
+class WorkRefused(Exception):
+    """A :class:`WorkQueue` refused a queued task: its owner's share, or the whole queue, is
+    full (``str(exc)`` says which, fit for the client)."""
+
+
+@runtime_checkable
+class WorkQueue(SharedTaskStore, Protocol):
+    """A shared store that also holds the work of its tasks, so that any process sharing it
+    can run a task — the one that created it, another one with room, or, when the process
+    running it died, another one again (for tools that may run again).
+
+    A task's *work* is a description of the call to run (bytes the runtime makes and reads;
+    the store keeps them with the record). A task is **queued** (waiting for a process with
+    room) or **held** (a process runs it, under the lease of :class:`SharedTaskStore`).
+
+    - ``create_work(record, work, holder, until, max_owner, max_total)`` creates the record
+      with its work in one atomic step: held by ``holder`` (leased until ``until``), or, with
+      ``holder`` None, queued — refused with :class:`WorkRefused` (nothing stored) when the
+      owner already has ``max_owner`` tasks queued or the queue ``max_total``. Returns False
+      if the id exists.
+    - ``claim(holder, count, until)`` takes up to ``count`` queued tasks, oldest first, each
+      leased to ``holder`` in the same step: their records and work. Each claim counts a run.
+    - ``requeue(task_id, now, max_runs)``: a task whose lease lapsed before ``now`` is queued
+      again if it has run fewer than ``max_runs`` times (None: no bound); 1 if queued, 0 if
+      its lease is alive (renewed meanwhile, or already requeued by another process), -1 if
+      it ran out of runs, -2 if it has no work or has ended.
+    - ``hand_back(task_id, holder)``: a task ``holder`` holds is queued again now, its run not
+      counted (a process stopping hands back what it cannot finish); False if not held by it.
+    - ``work_of(task_id)``: its work and how many runs it has had, or None.
+    - ``queued(owner)``: how many tasks wait in the queue (``owner``'s, or all with None).
+
+    A task that ends (``release``) or is deleted leaves the queue.
+    """
+
+    async def create_work(
+        self,
+        record: TaskRecord,
+        work: bytes,
+        holder: str | None,
+        until: float,
+        max_owner: int | None,
+        max_total: int | None,
+    ) -> bool: ...
+    async def claim(self, holder: str, count: int, until: float) -> list[tuple[TaskRecord, bytes]]: ...
+    async def requeue(self, task_id: str, now: float, max_runs: int | None) -> int: ...
+    async def hand_back(self, task_id: str, holder: str) -> bool: ...
+    async def work_of(self, task_id: str) -> tuple[bytes, int] | None: ...
+    async def queued(self, owner: str | None = None) -> int: ...

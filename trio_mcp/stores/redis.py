@@ -118,7 +118,7 @@ from coredis.retry import NoRetryPolicy
 from ..protocol.cursors import encode_cursor, split_cursor
 from ..protocol.records import TaskRecord, record_from_text, record_to_text
 from ..protocol.tasks import TERMINAL
-from .base import InvalidCursor, TaskEvent, store_key, text_digest
+from .base import InvalidCursor, TaskEvent, WorkRefused, store_key, text_digest
 from .sqlite import StoreClosed
 
 __all__ = [
@@ -376,7 +376,8 @@ end
 """
 
 # ARGV: P, id, owner, owner key tag, epoch, record, version, status, expires_at, ttl ms
-_CREATE = """
+_CREATE_RECORD = """
+local function create_record()
 local id = ARGV[2]
 local tkey = P .. 'task:' .. id
 if redis.call('EXISTS', tkey) == 1 then return 0 end
@@ -405,7 +406,137 @@ end
 extend(meta, ms)
 extend(list, ms)
 return 1
+end
 """
+_CREATE = _CREATE_RECORD + "return create_record()"
+
+# The work queue: the stream 'work' (entries: id, owner tag), read by the consumer group
+# 'workers' (a consumer per process); a task's hash keeps its work ('w'), its runs ('a'), its
+# stream entry ('x') and whether that entry still waits to be claimed ('q'); 'queued' counts
+# the waiting entries per owner tag and in all ('*').
+_QUEUE_PRELUDE = """
+local function queue_entry(id, tag)
+  local eid = redis.call('XADD', P .. 'work', '*', 'id', id, 't', tag)
+  redis.call('HSET', P .. 'task:' .. id, 'x', eid, 'q', '1')
+  redis.call('HINCRBY', P .. 'queued', tag, 1)
+  redis.call('HINCRBY', P .. 'queued', '*', 1)
+end
+local function drop_entry(id, eid, waiting, tag)
+  -- the task's entry leaves the stream (and the counts, if it still waited)
+  if eid then
+    redis.call('XACK', P .. 'work', 'workers', eid)
+    redis.call('XDEL', P .. 'work', eid)
+  end
+  if waiting == '1' then
+    redis.call('HINCRBY', P .. 'queued', tag, -1)
+    redis.call('HINCRBY', P .. 'queued', '*', -1)
+  end
+end
+"""
+
+# ARGV: P, id, owner, tag, epoch, record, version, status, expires_at, ttl ms, work, holder
+# ('' to queue), until, max per owner (-1: none), max in all (-1: none)
+# -> 1 created, 0 the id exists, -1 the owner's share is full, -2 the queue is full
+_CREATE_WORK = (
+    _QUEUE_PRELUDE
+    + _CREATE_RECORD
+    + """
+local id, tag, holder = ARGV[2], ARGV[4], ARGV[12]
+if holder == '' then
+  local counts = redis.call('HMGET', P .. 'queued', tag, '*')
+  local mine, all = tonumber(counts[1] or '0'), tonumber(counts[2] or '0')
+  if tonumber(ARGV[14]) >= 0 and mine >= tonumber(ARGV[14]) then return -1 end
+  if tonumber(ARGV[15]) >= 0 and all >= tonumber(ARGV[15]) then return -2 end
+end
+if create_record() == 0 then return 0 end
+local tkey = P .. 'task:' .. id
+if holder == '' then
+  redis.call('HSET', tkey, 'w', ARGV[11], 'a', 0)
+  queue_entry(id, tag)
+else
+  redis.call('HSET', tkey, 'w', ARGV[11], 'a', 1)
+  redis.call('ZADD', P .. 'leases', ARGV[13], id)
+  redis.call('HSET', P .. 'origins', id, holder)
+end
+return 1
+"""
+)
+
+# ARGV: P, holder, until, count -> {record, work, ...} of the tasks claimed
+_CLAIM = f"""
+local terminal = {_TERMINAL_LUA}
+redis.pcall('XGROUP', 'CREATE', P .. 'work', 'workers', '0', 'MKSTREAM')
+local got = redis.call('XREADGROUP', 'GROUP', 'workers', ARGV[2], 'COUNT', ARGV[4],
+                       'STREAMS', P .. 'work', '>')
+local out = {{}}
+if not got then return out end
+for _, entry in ipairs(got[1][2]) do
+  local eid, fields = entry[1], entry[2]
+  local id, tag = fields[2], fields[4]
+  local tkey = P .. 'task:' .. id
+  local row = redis.call('HMGET', tkey, 'r', 's', 'w', 'x', 'q')
+  if row[1] and row[4] == eid and row[5] == '1' then
+    redis.call('HSET', tkey, 'q', '0')
+  end
+  if row[5] ~= '0' or not row[1] then  -- it waited (or its record vanished by TTL): counted
+    redis.call('HINCRBY', P .. 'queued', tag, -1)
+    redis.call('HINCRBY', P .. 'queued', '*', -1)
+  end
+  if row[1] and row[4] == eid and not terminal[row[2]] and row[3] then
+    redis.call('HINCRBY', tkey, 'a', 1)
+    redis.call('ZADD', P .. 'leases', ARGV[3], id)
+    redis.call('HSET', P .. 'origins', id, ARGV[2])
+    out[#out + 1] = row[1]
+    out[#out + 1] = row[3]
+  else
+    redis.call('XACK', P .. 'work', 'workers', eid)
+    redis.call('XDEL', P .. 'work', eid)
+  end
+end
+return out
+"""
+
+# ARGV: P, id, now, max runs (-1: none) -> 1 queued again, 0 its lease is alive, -1 no runs
+# left, -2 no work or ended
+_REQUEUE = (
+    _QUEUE_PRELUDE
+    + f"""
+local terminal = {_TERMINAL_LUA}
+local id = ARGV[2]
+local tkey = P .. 'task:' .. id
+local row = redis.call('HMGET', tkey, 's', 'w', 'a', 'x', 'q', 't')
+if not row[1] or terminal[row[1]] or not row[2] then return -2 end
+if row[5] == '1' then return 0 end
+local lease = redis.call('ZSCORE', P .. 'leases', id)
+if not lease or tonumber(lease) > tonumber(ARGV[3]) then return 0 end
+local max = tonumber(ARGV[4])
+if max >= 0 and tonumber(row[3] or '0') >= max then return -1 end
+redis.call('ZREM', P .. 'leases', id)
+redis.call('HDEL', P .. 'origins', id)
+drop_entry(id, row[4], row[5], row[6])
+queue_entry(id, row[6])
+return 1
+"""
+)
+
+# ARGV: P, id, holder -> 1 queued again, 0 not held by holder (or ended)
+_HAND_BACK = (
+    _QUEUE_PRELUDE
+    + f"""
+local terminal = {_TERMINAL_LUA}
+local id = ARGV[2]
+local tkey = P .. 'task:' .. id
+if redis.call('HGET', P .. 'origins', id) ~= ARGV[3] then return 0 end
+local row = redis.call('HMGET', tkey, 's', 'w', 'a', 'x', 'q', 't')
+if not row[1] or terminal[row[1]] or not row[2] then return 0 end
+redis.call('ZREM', P .. 'leases', id)
+redis.call('HDEL', P .. 'origins', id)
+if tonumber(row[3] or '0') > 0 then redis.call('HINCRBY', tkey, 'a', -1) end
+drop_entry(id, row[4], row[5], row[6])
+queue_entry(id, row[6])
+return 1
+"""
+)
 
 # ARGV: P, id, owner, previous version, version, record, status, expires_at, ttl ms
 _UPDATE = """
@@ -423,10 +554,13 @@ return 1
 """
 
 # ARGV: P, id
-_DELETE = """
+_DELETE = (
+    _QUEUE_PRELUDE
+    + """
 local id = ARGV[2]
 local tkey = P .. 'task:' .. id
-local now = redis.call('HMGET', tkey, 'r', 't')
+local now = redis.call('HMGET', tkey, 'r', 't', 'x', 'q')
+if now[1] then drop_entry(id, now[3], now[4], now[2]) end
 redis.call('ZREM', P .. 'expiry', id)
 redis.call('ZREM', P .. 'leases', id)
 redis.call('HDEL', P .. 'origins', id)
@@ -437,6 +571,7 @@ redis.call('ZREM', list, id)
 if redis.call('ZCARD', list) == 0 then redis.call('DEL', list, P .. 'owner:' .. now[2]) end
 return now[1]
 """
+)
 
 # ARGV: P, owner key tag, owner, cursor epoch, after, limit
 # -> {} (the owner has no records) | {epoch, counter, 'invalid'} | {epoch, counter, more, p1, r1, ...}
@@ -520,14 +655,23 @@ end
 return over
 """
 
-# ARGV: P, id...
-_RELEASE = """
+# ARGV: P, id... (a task's entry in the work queue goes too)
+_RELEASE = (
+    _QUEUE_PRELUDE
+    + """
 for i = 2, #ARGV do
-  redis.call('ZREM', P .. 'leases', ARGV[i])
-  redis.call('HDEL', P .. 'origins', ARGV[i])
+  local id = ARGV[i]
+  redis.call('ZREM', P .. 'leases', id)
+  redis.call('HDEL', P .. 'origins', id)
+  local row = redis.call('HMGET', P .. 'task:' .. id, 'x', 'q', 't')
+  if row[1] then
+    drop_entry(id, row[1], row[2], row[3])
+    redis.call('HDEL', P .. 'task:' .. id, 'x', 'q')
+  end
 end
 return 1
 """
+)
 
 # ARGV: P -> how many records there are (dropping index entries of vanished ones)
 _COUNT = """
@@ -553,6 +697,10 @@ _SCRIPTS = types.SimpleNamespace(
     due=_script(_DUE),
     hold=_script(_HOLD),
     release=_script(_RELEASE),
+    create_work=_script(_CREATE_WORK),
+    claim=_script(_CLAIM),
+    requeue=_script(_REQUEUE),
+    hand_back=_script(_HAND_BACK),
     count=_script(_COUNT),
 )
 """coredis script objects: each call is an ``EVALSHA`` (the script is loaded into a server
@@ -1122,10 +1270,10 @@ class RedisTaskStore:
         return max(1, math.ceil(left * 1000))
 
     # -- the TaskStore interface ----------------------------------------------------------
-    async def create(self, record: TaskRecord) -> None:
+    def _created_args(self, record: TaskRecord) -> tuple[bytes | str | int | float, ...]:
+        """The arguments of the scripts that create a record (``_CREATE_RECORD``'s ARGV)."""
         text = record_to_text(record)  # before anything: a record that is not JSON changes nothing
-        created = await self._run(
-            _SCRIPTS.create,
+        return (
             store_key(record.task_id),
             store_key(record.owner),
             text_digest(record.owner, 64),
@@ -1136,6 +1284,9 @@ class RedisTaskStore:
             record.expires_at,
             self._ttl_ms(record),
         )
+
+    async def create(self, record: TaskRecord) -> None:
+        created = await self._run(_SCRIPTS.create, *self._created_args(record))
         if not created:
             raise ValueError(f"task {record.task_id!r} exists")
 
@@ -1305,6 +1456,65 @@ class RedisTaskStore:
         if until is None or origin is None:
             return None
         return origin.decode("utf-8", "surrogatepass"), float(until)
+
+    # -- the WorkQueue interface ----------------------------------------------------------
+    async def create_work(
+        self,
+        record: TaskRecord,
+        work: bytes,
+        holder: str | None,
+        until: float,
+        max_owner: int | None,
+        max_total: int | None,
+    ) -> bool:
+        """Create ``record`` with its work, held by ``holder`` or queued (see
+        :class:`~trio_mcp.stores.base.WorkQueue`); one script."""
+        created = await self._run(
+            _SCRIPTS.create_work,
+            *self._created_args(record),
+            work,
+            holder or "",
+            until,
+            -1 if max_owner is None else max_owner,
+            -1 if max_total is None else max_total,
+        )
+        if created == -1:
+            raise WorkRefused(f"Too many queued tasks for this owner (at most {max_owner}); retry later")
+        if created == -2:
+            raise WorkRefused(f"Server at capacity: {max_total} tasks are queued; retry later")
+        return bool(created)
+
+    async def claim(self, holder: str, count: int, until: float) -> list[tuple[TaskRecord, bytes]]:
+        """Take up to ``count`` queued tasks for ``holder``, leased until ``until``."""
+        if count <= 0:
+            return []
+        found = await self._run(_SCRIPTS.claim, holder, until, count)
+        return [(record_from_text(found[i]), bytes(found[i + 1])) for i in range(0, len(found), 2)]
+
+    async def requeue(self, task_id: str, now: float, max_runs: int | None) -> int:
+        """Queue again a task whose lease lapsed (see :class:`~trio_mcp.stores.base.WorkQueue`)."""
+        return int(
+            await self._run(_SCRIPTS.requeue, store_key(task_id), now, -1 if max_runs is None else max_runs)
+        )
+
+    async def hand_back(self, task_id: str, holder: str) -> bool:
+        """Queue again now a task ``holder`` holds, its run not counted."""
+        return bool(await self._run(_SCRIPTS.hand_back, store_key(task_id), holder))
+
+    async def work_of(self, task_id: str) -> tuple[bytes, int] | None:
+        """A task's work and how many runs it has had (None: no work, or no task)."""
+        key = self._prefix + b"task:" + store_key(task_id)
+        work, runs = await self._call(
+            lambda client: client.hmget(key, [b"w", b"a"]), [(b"HMGET", key, b"w", b"a")]
+        )
+        return None if work is None else (bytes(work), int(runs or 0))
+
+    async def queued(self, owner: str | None = None) -> int:
+        """How many tasks wait in the queue: ``owner``'s, or all."""
+        field = b"*" if owner is None else text_digest(owner, 64).encode()
+        key = self._prefix + b"queued"
+        count = await self._call(lambda client: client.hget(key, field), [(b"HGET", key, field)])
+        return max(0, int(count or 0))
 
     # -- beyond the interfaces ------------------------------------------------------------
     async def count(self) -> int:

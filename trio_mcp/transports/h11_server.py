@@ -174,6 +174,8 @@ class H11Server:
         self.max_body_size = max_body_size
         self.draining = False
         """Set by :meth:`drain`: new requests are answered 503 without reaching the app."""
+        self.refused_at = -math.inf
+        """When a request was last answered 503 for the drain (Trio time)."""
         self.connections: dict[_Connection, None] = {}
         """Open connections, oldest first."""
         self._idle: dict[_Connection, None] = {}  # waiting for their next request, longest first
@@ -437,6 +439,7 @@ class _Connection:
                     if request is None:
                         break
                     if server.draining:
+                        server.refused_at = trio.current_time()
                         await self._refuse(request)
                         break
                     if not await self._serve(request):
