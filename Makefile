@@ -8,6 +8,18 @@ SDK2_VERSION := 2.3.0
 
 .PHONY: test lint typecheck pytest conformance demo bench clean
 
+# In the checks, Python writes the bytecode of what it imports (under __pycache__/, ignored by
+# git): on a machine whose environment sets PYTHONDONTWRITEBYTECODE, every test process and every
+# server subprocess the tests start would compile trio_mcp and the tests from source again
+# (an empty value is unset for Python).
+test lint typecheck pytest conformance: export PYTHONDONTWRITEBYTECODE :=
+
+# pytest-xdist workers for every pytest run below (auto: one per CPU; 0: no workers, all in
+# the pytest process). --dist loadgroup: any test, in any order, on any worker, except that the
+# tests of one xdist_group(name) mark run on the same worker.
+PYTEST_WORKERS ?= auto
+PYTEST := $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -28,12 +40,13 @@ $(SDK2_STAMP):
 	$(SDK2_VENV)/bin/python -m pip install -q "mcp==$(SDK2_VERSION)"
 	touch $(SDK2_STAMP)
 
-# The tests marked every_store run again on the JSON, SQLite and Redis stores.
+# The tests marked every_store run again on the JSON, SQLite and Redis stores (only the test
+# modules that name the mark are collected then: tests/conftest.py).
 pytest: $(STAMP) $(SDK2_STAMP)
-	$(BIN)/python -m pytest
-	$(BIN)/python -m pytest --task-store=json -m every_store
-	$(BIN)/python -m pytest --task-store=sqlite -m every_store
-	$(BIN)/python -m pytest --task-store=redis -m every_store
+	$(PYTEST)
+	$(PYTEST) tests --task-store=json -m every_store
+	$(PYTEST) tests --task-store=sqlite -m every_store
+	$(PYTEST) tests --task-store=redis -m every_store
 
 # The official MCP conformance suite, server mode against examples/conformance_server.py and
 # client mode driving examples/conformance_client.py (both spec versions each): Node 22 and
@@ -61,9 +74,13 @@ demo: $(DEMO_STAMP)
 # The benchmarks (docs/performance.md). Their TypeScript SDK peer needs Node 22 and the pinned
 # SDK, installed once into .cache/bench/ (needs npm the first time; benchmarks/peers/node.py,
 # sharing scripts/node_setup.py with make conformance); `python -m benchmarks --no-ts` skips it.
+# Then HTTP and WebSocket against the TS SDK, the Python SDK 2.x under uvicorn (.venv-sdk2, set
+# up by benchmarks/peers/sdk2.py) and an h11-on-Trio floor (benchmarks/http_peers.py); a peer
+# that cannot be installed there is skipped with its reason.
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.peers.node
 	$(BIN)/python -m benchmarks
+	$(BIN)/python -m benchmarks.http_peers
 
 clean:
 	rm -rf $(VENV) $(SDK2_VENV) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -11,7 +11,7 @@ What it does (``make conformance`` calls it):
    pinned suite ``@modelcontextprotocol/conformance@0.2.0-alpha.12``. Present and at the
    pinned versions: skipped.
 2. Starts ``trio-mcp serve examples/conformance_server.py --http 127.0.0.1:0`` (the port it
-   picks is read from its first line).
+   picks is read from its first line), one server per run.
 3. Runs the suite three times, each with ``-o`` so every scenario writes its ``checks.json``:
    ``--requirements 2025-11-25`` and ``--requirements 2026-07-28`` (what each revision
    requires, at its own wire version; these also run the revision's unscored scenarios) and
@@ -26,6 +26,10 @@ What it does (``make conformance`` calls it):
    dozens of Python processes do not each import the client, the script starts one process
    that imports it and forks a child per scenario (the example's ``--zygote`` mode; the
    command the suite runs only hands its stdio and environment over a unix socket).
+6. The three server runs go side by side, each against a server of its own (they mostly wait
+   on timers and on the suite's processes), then the client runs one after the other (each
+   starts all its scenarios' clients at once, under a deadline each). ``--serial``: every run
+   one after another.
 
 A client scenario passes when the suite's summary marks it ✓ (no FAILURE and, unlike server
 mode, no WARNING either: that is the suite's own verdict in client mode).
@@ -61,8 +65,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -294,6 +300,32 @@ def run_client_suite(name: str, cache: Path, zygote: ClientZygote, results: Path
     return run
 
 
+# -- 3c. the runs side by side ---------------------------------------------------------------------
+def server_run(name: str, cache: Path, results: Path) -> Run:
+    """One server-mode run against a server of its own (so that no scenario of another run,
+    e.g. one changing the server's logging level or its lists, can reach this run's sessions)."""
+    with ConformanceServer(results / f"server-{name}.log") as server:
+        return run_suite(name, cache, server.url, results)
+
+
+def client_run(name: str, cache: Path, results: Path) -> Run:
+    """One client-mode run with a zygote of its own."""
+    with ClientZygote(results / f"client-{name}-zygote.log") as zygote:
+        return run_client_suite(name, cache, zygote, results)
+
+
+def run_together(jobs: list[Callable[[], Run]], *, serial: bool) -> list[Run]:
+    """The runs, in order: side by side (threads: a server run mostly waits on its Node process
+    and on the scenarios' timers, so they overlap well even on two cores), or one after another
+    with ``serial``. Every run is waited for; the first error is then raised."""
+    if serial or len(jobs) < 2:
+        return [job() for job in jobs]
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        futures = [pool.submit(job) for job in jobs]
+        wait(futures)
+    return [future.result() for future in futures]
+
+
 # -- 4. the baseline -----------------------------------------------------------------------------
 @dataclass
 class Entry:
@@ -425,6 +457,9 @@ def main(argv: list[str] | None = None) -> int:
         "--client-baseline", type=Path, default=CLIENT_BASELINE, help="the expected client failures"
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="list passing scenarios too")
+    parser.add_argument(
+        "--serial", action="store_true", help="one run after another (default: every run at once)"
+    )
     args = parser.parse_args(argv)
     cache: Path = args.cache.resolve()
     results = cache / "results"
@@ -435,18 +470,16 @@ def main(argv: list[str] | None = None) -> int:
         entries = load_baseline(args.baseline, cache)
         client_entries = load_baseline(args.client_baseline, cache, "client")
         results.mkdir(parents=True, exist_ok=True)
-        runs: list[Run] = []
-        client_runs: list[Run] = []
         if server_names:
-            with ConformanceServer(results / "server.log") as server:
-                say(f"suite {SUITE_VERSION}, server {SERVER_FILE} at {server.url}")
-                for name in server_names:
-                    runs.append(run_suite(name, cache, server.url, results))
+            say(f"suite {SUITE_VERSION}, server {SERVER_FILE} (one server per run)")
         if client_names:
-            with ClientZygote(results / "client.log") as zygote:
-                say(f"suite {SUITE_VERSION}, client {CLIENT_FILE}")
-                for name in client_names:
-                    client_runs.append(run_client_suite(name, cache, zygote, results))
+            say(f"suite {SUITE_VERSION}, client {CLIENT_FILE} (one zygote per run)")
+        # The server runs side by side, then the client runs one after the other: each client
+        # run starts all its scenarios' clients at once, each under a 25 s deadline, and with
+        # anything else running on a small machine some of them miss it.
+        jobs = [partial(server_run, name, cache, results) for name in server_names]
+        runs = run_together(jobs, serial=args.serial)
+        client_runs = [client_run(name, cache, results) for name in client_names]
     except SetupError as exc:
         say(f"conformance: {exc}")
         return 2

@@ -58,6 +58,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """In a store pass (``--task-store=json|sqlite|redis -m every_store``, as ``make pytest``
+    runs them), a test module that never names the marker is not even imported: none of its
+    tests could be selected, and importing and collecting them all (the doctests of every
+    module included) was most of such a pass's time. Any other run collects as usual."""
+    if config.getoption("--task-store") == "memory" or config.getoption("markexpr") != "every_store":
+        return None
+    if collection_path.suffix != ".py" or collection_path.name == "conftest.py":
+        return None
+    if not collection_path.name.startswith("test_"):
+        return True  # helpers and the package's own modules: doctests only, never every_store
+    return "every_store" not in collection_path.read_text(encoding="utf-8", errors="replace")
+
+
 @pytest.fixture(autouse=True)
 def task_store_choice(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """With ``--task-store=json``, every default store is a fresh :class:`JsonTextTaskStore`
@@ -98,6 +112,70 @@ def fresh_sqlite_store() -> Any:
         _sqlite_dir.append(tempfile.mkdtemp(prefix="trio-mcp-sqlite-"))
         atexit.register(shutil.rmtree, _sqlite_dir[0], ignore_errors=True)
     return SqliteTaskStore(os.path.join(_sqlite_dir[0], f"{next(_sqlite_files)}.db"))
+
+
+# ----------------------------------------------------------------------------- parallel runs (xdist)
+
+ALONE = (
+    # Each one's timing (a wall-clock bound, or a burst of clients and processes under a
+    # deadline) assumes the machine is not also running another test: under pytest-xdist (make
+    # pytest: -n auto) it waits until the other workers are between tests and runs by itself.
+    "tests/stores/test_redis_runtime_faults.py::test_150_cancels_through_another_process_stop_every_work",
+    "tests/stores/test_redis_faults.py::test_on_a_frozen_server_every_call_fails_within_its_own_deadline",
+    "tests/stores/test_redis_faults.py::test_a_connection_that_stops_answering_takes_no_new_calls",
+    "tests/transports/test_http.py::test_two_hundred_concurrent_clients_get_their_own_answers",
+    "tests/transports/test_websocket.py::test_fifty_concurrent_clients",
+    "tests/transports/test_websocket.py::test_stuck_client_does_not_delay_others",
+    "tests/transports/test_stdio_transport.py::test_subprocess_ignoring_eof_and_sigterm_gets_killed",
+    "tests/actors/test_hardening.py::test_sigterm_answers_pending_requests_and_exits_zero",
+    "tests/server/test_authoring.py::test_cancelling_a_sync_tool_ends_its_task_at_once_and_abandons_the_thread",
+    "tests/testing/test_testing_kit.py::test_hours_of_work_take_no_real_time",
+    # 200 sessions hung up at once: a burst of store calls, each under the store's timeout.
+    "tests/actors/test_session_hangups.py::test_hang_ups_during_server_directed_calls_leave_no_hidden_task",
+    "tests/actors/test_session_hangups.py::test_hang_ups_during_handshake_era_task_creations_leave_no_unannounced_task",
+)
+"""Test ids (a parametrized test: all its cases) that get the ``alone`` mark; a test may also
+carry ``@pytest.mark.alone`` itself."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.split("[", 1)[0] in ALONE:
+            item.add_marker(pytest.mark.alone)
+
+
+@pytest.fixture(scope="session")
+def _run_lock(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path | None:
+    """The lock file the workers of this xdist run share: in the run's base temporary directory
+    (each worker's own is a directory in it), so pytest removes it with the rest in a later
+    run. None when this process is not an xdist worker."""
+    if not hasattr(request.config, "workerinput"):
+        return None
+    return tmp_path_factory.getbasetemp().parent / "alone.lock"
+
+
+@pytest.fixture(autouse=True)
+def _alone_or_side_by_side(request: pytest.FixtureRequest, _run_lock: Path | None) -> Iterator[None]:
+    """Under xdist, every test holds the run's lock shared, and a test marked ``alone`` holds
+    it exclusively: it starts once the tests running on other workers have ended, and none
+    starts until it has ended. A turnstile lock in front lets the exclusive taker in first
+    (a stream of shared takers would otherwise keep it waiting). Without xdist: nothing."""
+    if _run_lock is None:
+        yield
+        return
+    import fcntl  # POSIX: only reached under xdist
+
+    alone = request.node.get_closest_marker("alone") is not None
+    with open(_run_lock, "a+b") as lock, open(_run_lock.with_suffix(".turnstile"), "a+b") as turnstile:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 # ----------------------------------------------------------------------------- in-process servers
