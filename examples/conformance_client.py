@@ -147,9 +147,9 @@ async def exercise(client: Client, scenario: str, ctx: dict[str, Any]) -> None:
     if scenario == "http-standard-headers":
         await client.call_tool(names[0], {}) if names else None
         for resource in (await client.list_resources())[:1]:
-            await client.read_resource(resource["uri"])
+            await client.read_resource(resource.uri)
         for prompt in (await client.list_prompts())[:1]:
-            await client.get_prompt(prompt["name"])
+            await client.get_prompt(prompt.name)
         return
     if scenario.startswith("auth/"):
         if "test-tool" in names:

@@ -14,7 +14,7 @@ from oauth_server import Request, Response, serve
 
 from trio_mcp import Server
 from trio_mcp.client import connect_http, connect_in_memory
-from trio_mcp.protocol.messages import ElicitRequestParams, ElicitResult
+from trio_mcp.protocol.messages import ElicitRequestParams, ElicitResult, TextContent
 from trio_mcp.server import Context
 
 MODERN = "2026-07-28"
@@ -150,12 +150,17 @@ async def test_an_accepted_elicitation_gets_the_schema_defaults_it_left_out(prot
     assert json.loads(result.text) == {"age": 30, "given": "mine", "name": "John Doe"}
 
 
-async def test_resources_prompts_and_completion() -> None:
+@pytest.mark.parametrize("protocol", ["2025-11-25", MODERN])
+async def test_resources_prompts_and_completion_are_typed(protocol: str) -> None:
     server = Server("docs")
 
     @server.resource("memo://readme", mime_type="text/plain")
     def readme() -> str:
         return "hello"
+
+    @server.resource("memo://notes/{day}", mime_type="application/octet-stream")
+    def notes(day: str) -> bytes:
+        return day.encode()
 
     @server.prompt()
     def greet(who: str) -> str:
@@ -166,14 +171,22 @@ async def test_resources_prompts_and_completion() -> None:
         return [n for n in ("alice", "albert", "bob") if n.startswith(value)]
 
     with trio.fail_after(10):
-        async with connect_in_memory(server) as client:
+        async with connect_in_memory(server, protocol=protocol) as client:
             [resource] = await client.list_resources()
-            read = await client.read_resource(resource["uri"])
+            [template] = await client.list_resource_templates()
+            blob = await client.read_resource("memo://notes/monday")
+            read = await client.read_resource(resource.uri)
             [prompt] = await client.list_prompts()
-            got = await client.get_prompt(prompt["name"], {"who": "you"})
+            got = await client.get_prompt(prompt.name, {"who": "you"})
             values = await client.complete({"type": "ref/prompt", "name": "greet"}, "who", "al")
-    assert read["contents"][0]["text"] == "hello"
-    assert got["messages"][0]["content"]["text"] == "Hello you"
+    assert (resource.uri, resource.name, resource.mime_type) == ("memo://readme", "readme", "text/plain")
+    assert (template.uri_template, template.name) == ("memo://notes/{day}", "notes")
+    assert blob.contents[0].blob == "bW9uZGF5" and blob.text == ""
+    assert read.contents[0].text == read.text == "hello"
+    assert read.contents[0].mime_type == "text/plain"
+    assert [(a.name, a.required) for a in prompt.arguments or []] == [("who", True)]
+    assert got.messages[0].role == "user" and got.text == "Hello you"
+    assert isinstance(got.messages[0].content, TextContent)
     assert values == ["alice", "albert"]
 
 

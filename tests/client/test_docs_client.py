@@ -20,4 +20,9 @@ DOC_TESTS = sorted(name for name in set(globals()) - _BEFORE if name.startswith(
 
 def test_the_page_has_its_examples() -> None:
     assert len(python_blocks(_TEXT)) >= 4
-    assert DOC_TESTS == ["test_oauth_end_to_end", "test_tokens_survive_the_program"]
+    assert DOC_TESTS == [
+        "test_oauth_end_to_end",
+        "test_resources_and_prompts_are_typed",
+        "test_tokens_survive_the_program",
+        "test_url_elicitation_in_both_eras",
+    ]

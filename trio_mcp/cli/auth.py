@@ -7,7 +7,6 @@ mode 0600), keyed by the MCP server's canonical URL."""
 from __future__ import annotations
 
 import datetime
-import json
 import re
 import sys
 import time
@@ -15,6 +14,7 @@ import webbrowser
 from typing import Any
 
 import httpx
+import trio
 
 from ..client.auth import (
     AuthorizationError,
@@ -102,14 +102,9 @@ async def stored_oauth(url: str) -> OAuth | None:
 
 
 def stored_records(store: FileTokenStore) -> dict[str, dict[str, Any]]:
-    """Every record of the token file, by server URL (empty if there is no file)."""
-    try:
-        data = json.loads(store.path.read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {k: v for k, v in data.items() if isinstance(v, dict)}
+    """Every record of the token file, by server URL (empty if there is no file); for code
+    outside Trio (``auth status``). In Trio code: ``await store.records()``."""
+    return trio.run(store.records)
 
 
 def describe(server: str, record: dict[str, Any], *, now: float | None = None) -> dict[str, Any]:

@@ -28,16 +28,19 @@ registrations live in a :class:`TokenStore`: :class:`MemoryTokenStore` (the defa
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import inspect
 import json
 import logging
 import os
 import re
+import socket
 import ssl
+import tempfile
 import time
 import webbrowser
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit, urlunsplit
@@ -163,6 +166,15 @@ class MemoryTokenStore:
     async def delete(self, key: str) -> None:
         self.records.pop(key, None)
 
+    async def servers(self) -> list[str]:
+        """The keys (MCP server URLs) holding tokens, sorted."""
+        return sorted(k for k, record in self.records.items() if _has_tokens(record))
+
+
+def _has_tokens(record: Any) -> bool:
+    tokens = record.get("tokens") if isinstance(record, dict) else None
+    return isinstance(tokens, dict) and bool(tokens.get("access_token") or tokens.get("refresh_token"))
+
 
 def default_token_file() -> Path:
     """``$XDG_CONFIG_HOME/trio-mcp/oauth.json`` (default ``~/.config``; ``%APPDATA%`` on Windows)."""
@@ -173,6 +185,12 @@ def default_token_file() -> Path:
 class FileTokenStore:
     """Records in one JSON file, readable by the user only (mode 0600, its directory 0700),
     rewritten atomically. Default :func:`default_token_file`.
+
+    Each change is a read-modify-write of the one record it is about, under an exclusive lock
+    on ``<file>.lock`` (POSIX; so concurrent programs lose nothing), through a temporary file
+    of its own renamed over the file: a reader sees the old file or the new one, never half of
+    one. A file that is not a JSON object is never overwritten: it is moved aside (to
+    ``<file>.unreadable-<time>``, with a warning) before the next change is written.
 
     >>> import tempfile, trio
     >>> path = Path(tempfile.mkdtemp()) / "oauth.json"
@@ -194,14 +212,47 @@ class FileTokenStore:
             return {}
         return data if isinstance(data, dict) else {}
 
+    def _read_for_change(self) -> dict[str, Any]:
+        """The file's records, to change one; an unreadable file is moved aside, not lost."""
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return {}
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            return data
+        aside = self.path.with_name(f"{self.path.name}.unreadable-{int(time.time())}")
+        os.replace(self.path, aside)
+        log.warning("the token file %s was not a JSON object: moved to %s", self.path, aside)
+        return {}
+
     def _write(self, data: dict[str, Any]) -> None:
+        fd, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as out:
+                json.dump(data, out, indent=1, sort_keys=True)
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(temporary, 0o600)
+            os.replace(temporary, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+
+    def _change(self, key: str, record: dict[str, Any] | None) -> None:
+        """Set (or, with None, delete) one record, under the file's lock."""
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        temporary = self.path.with_name(self.path.name + f".{os.getpid()}.tmp")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            json.dump(data, out, indent=1, sort_keys=True)
-        os.chmod(temporary, 0o600)
-        os.replace(temporary, self.path)
+        with _file_lock(self.path.with_name(self.path.name + ".lock")):
+            data = self._read_for_change()
+            if record is not None:
+                data[key] = record
+            elif data.pop(key, None) is None:
+                return
+            self._write(data)
 
     async def load(self, key: str) -> dict[str, Any] | None:
         data = await trio.to_thread.run_sync(self._read)
@@ -210,15 +261,45 @@ class FileTokenStore:
 
     async def save(self, key: str, record: dict[str, Any]) -> None:
         async with self._lock:
-            data = await trio.to_thread.run_sync(self._read)
-            data[key] = record
-            await trio.to_thread.run_sync(self._write, data)
+            await trio.to_thread.run_sync(self._change, key, record)
 
     async def delete(self, key: str) -> None:
         async with self._lock:
-            data = await trio.to_thread.run_sync(self._read)
-            if data.pop(key, None) is not None:
-                await trio.to_thread.run_sync(self._write, data)
+            await trio.to_thread.run_sync(self._change, key, None)
+
+    async def records(self) -> dict[str, dict[str, Any]]:
+        """Every record of the file, by key (empty if there is no file)."""
+        data = await trio.to_thread.run_sync(self._read)
+        return {k: v for k, v in data.items() if isinstance(v, dict)}
+
+    async def servers(self) -> list[str]:
+        """The keys (MCP server URLs, as :func:`canonical_resource` writes them) holding
+        tokens, sorted: the servers a program can connect to without a new authorization.
+
+        >>> import tempfile, trio
+        >>> store = FileTokenStore(Path(tempfile.mkdtemp()) / "oauth.json")
+        >>> trio.run(store.save, "https://a.example/mcp", {"tokens": {"access_token": "t"}})
+        >>> trio.run(store.save, "https://b.example/mcp", {"clients": {}})
+        >>> trio.run(store.servers)
+        ['https://a.example/mcp']
+        """
+        return sorted(k for k, record in (await self.records()).items() if _has_tokens(record))
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` across processes (``flock``; none where there is none)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: the in-process lock and the atomic rename only
+        yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 # -- authorizers: the user-agent part of the authorization-code flow ------------------------------
@@ -268,7 +349,13 @@ class LoopbackAuthorizer:
     """A browser and a loopback redirect (RFC 8252 §7.3): ``authorize`` listens on
     ``http://127.0.0.1:<port>/callback``, hands the URL to ``open_url`` (default: the system
     browser; when none can be opened, ``print`` it) and waits up to ``timeout`` seconds for the
-    browser to come back.
+    browser to come back. ``port=0`` picks a free port now (the redirect URI is registered
+    before anything listens).
+
+    Only a request for ``/callback`` addressed to that very origin (its ``Host`` header
+    ``127.0.0.1:<port>``) is taken for the browser's return; anything else arriving on the port
+    is answered and ignored. A port that cannot be listened on raises
+    :class:`AuthorizationError`.
 
     >>> LoopbackAuthorizer(port=8765).redirect_uri
     'http://127.0.0.1:8765/callback'
@@ -281,7 +368,7 @@ class LoopbackAuthorizer:
         open_url: Callable[[str], object] | None = None,
         timeout: float = 300.0,
     ) -> None:
-        self.port = port
+        self.port = port if port else _free_port()
         self.open_url = open_url
         self.timeout = timeout
 
@@ -296,16 +383,25 @@ class LoopbackAuthorizer:
             print(f"Open this URL to authorize:\n  {url}", flush=True)
 
     async def authorize(self, url: str) -> str:
-        listeners = await trio.open_tcp_listeners(self.port, host="127.0.0.1")
+        try:
+            listeners = await trio.open_tcp_listeners(self.port, host="127.0.0.1")
+        except OSError as exc:
+            raise AuthorizationError(
+                f"cannot listen on 127.0.0.1:{self.port} for the authorization redirect: {exc}"
+            ) from exc
+        origin = f"127.0.0.1:{self.port}"
         try:
             self._open(url)
             with trio.fail_after(self.timeout):
                 while True:
                     stream = await listeners[0].accept()
                     async with stream:
-                        target = await _serve_one(stream)
-                    if target is not None and target.split("?", 1)[0] == "/callback":
-                        return f"http://127.0.0.1:{self.port}{target}"
+                        received = await _serve_one(stream)
+                    if received is None:
+                        continue
+                    target, host = received
+                    if target.split("?", 1)[0] == "/callback" and host == origin:
+                        return f"http://{origin}{target}"
         except trio.TooSlowError:
             raise AuthorizationError("no authorization came back from the browser in time") from None
         finally:
@@ -313,8 +409,17 @@ class LoopbackAuthorizer:
                 await listener.aclose()
 
 
-async def _serve_one(stream: trio.abc.Stream) -> str | None:
-    """Read one HTTP request from ``stream``, answer it with a short page; its target."""
+def _free_port() -> int:
+    """A port free on 127.0.0.1 now (for a loopback redirect URI asked with port 0)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def _serve_one(stream: trio.abc.Stream) -> tuple[str, str] | None:
+    """Read one HTTP request from ``stream``, answer it with a short page; its target and
+    its ``Host`` header."""
     connection = h11.Connection(h11.SERVER)
     with trio.move_on_after(10):
         while True:
@@ -327,12 +432,13 @@ async def _serve_one(stream: trio.abc.Stream) -> str | None:
                 continue
             if isinstance(event, h11.Request):
                 target = event.target.decode("ascii", "replace")
+                host = next((v for k, v in event.headers if k == b"host"), b"").decode("ascii", "replace")
                 headers = [("content-type", "text/html; charset=utf-8"), ("content-length", str(len(_PAGE)))]
                 headers.append(("connection", "close"))
                 await stream.send_all(connection.send(h11.Response(status_code=200, headers=headers)) or b"")
                 await stream.send_all(connection.send(h11.Data(data=_PAGE)) or b"")
                 await stream.send_all(connection.send(h11.EndOfMessage()) or b"")
-                return target
+                return target, host.lower()
             return None
     return None
 
@@ -754,7 +860,11 @@ class OAuth(httpx.Auth):
             return {"client_id": self.client_id, "client_secret": self.client_secret}
         clients = record.setdefault("clients", {})
         known = clients.get(issuer)
-        if isinstance(known, dict) and isinstance(known.get("client_id"), str):
+        if (
+            isinstance(known, dict)
+            and isinstance(known.get("client_id"), str)
+            and self._redirects_here(known)
+        ):
             return known
         if self.client_metadata_url is not None and metadata.get("client_id_metadata_document_supported"):
             client: dict[str, Any] = {
@@ -770,6 +880,14 @@ class OAuth(httpx.Auth):
             )
         clients[issuer] = client
         return client
+
+    def _redirects_here(self, client: Mapping[str, Any]) -> bool:
+        """Whether a stored registration may be used with this authorizer: one registered
+        for other redirect URIs (another loopback port) is not, and a new one is made."""
+        uris = client.get("redirect_uris")
+        if self.grant != "authorization_code" or not isinstance(uris, list):
+            return True
+        return self.authorizer.redirect_uri in uris
 
     async def _assertion(self, issuer: str, resource: str) -> str:
         """The JWT-bearer grant's assertion; a callable is asked anew each time, with the
@@ -854,6 +972,12 @@ class OAuth(httpx.Auth):
             resource=resource,
         )
         returned = await self.authorizer.authorize(url)
+        if not _same_endpoint(returned, redirect_uri):
+            where = urlunsplit((*urlsplit(returned)[:3], "", ""))
+            raise AuthorizationError(
+                f"the authorization response came back to {where}, not to the redirect URI"
+                f" {redirect_uri}: refused"
+            )
         query = {k: v[0] for k, v in parse_qs(urlsplit(returned).query, keep_blank_values=True).items()}
         iss = query.get("iss")
         if iss is not None and iss != issuer:
@@ -973,6 +1097,20 @@ class OAuth(httpx.Auth):
         if isinstance(data.get("expires_in"), int | float):
             data["expires_at"] = time.time() + float(data["expires_in"])
         return data
+
+
+def _same_endpoint(url: str, redirect_uri: str) -> bool:
+    """Whether ``url`` is at ``redirect_uri``: the same scheme, host, port and path."""
+    try:
+        got, expected = urlsplit(url), urlsplit(redirect_uri)
+        ports = (got.port, expected.port)
+    except ValueError:
+        return False
+    return (got.scheme.lower(), (got.hostname or "").lower(), got.path) == (
+        expected.scheme.lower(),
+        (expected.hostname or "").lower(),
+        expected.path,
+    ) and ports[0] == ports[1]
 
 
 def _key_type(alg: str) -> str:

@@ -34,10 +34,12 @@ from ..protocol import jsonrpc
 from ..protocol.converter import structure, unstructure
 from ..protocol.errors import (
     INTERNAL_ERROR,
+    INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     TASK_CANCELLED,
     UNSUPPORTED_PROTOCOL_VERSION,
+    URL_ELICITATION_REQUIRED,
     ErrorValue,
     McpError,
 )
@@ -51,6 +53,7 @@ from ..protocol.messages import (
     DetailedTask,
     ElicitRequestParams,
     ElicitResult,
+    ElicitUrlRequestParams,
     Implementation,
     InitializeResult,
     ListTasksResult,
@@ -70,17 +73,21 @@ from ..transports.base import Transport
 from ..transports.memory import memory_transport_pair
 from ..transports.stdio import open_subprocess_transport
 from ._headers import accept_tool
+from ._results import GetPromptResult, Prompt, ReadResourceResult, Resource, ResourceTemplate
 
 __all__ = [
     "MAX_INPUT_ROUNDS",
     "PROBE_TIMEOUT",
     "Client",
     "ConnectionClosed",
+    "ElicitationCompleteCallback",
     "ElicitationHandler",
     "ProgressCallback",
     "SamplingHandler",
     "Servable",
     "StatusCallback",
+    "UrlElicitationHandler",
+    "UrlElicitationRequired",
     "connect",
     "connect_in_memory",
     "connect_stdio",
@@ -105,9 +112,38 @@ MAX_INPUT_ROUNDS = 16
 ProgressCallback = Callable[[ProgressParams], None]
 StatusCallback = Callable[[Task], None]
 ElicitationHandler = Callable[[ElicitRequestParams], Awaitable[ElicitResult]]
+UrlElicitationHandler = Callable[[ElicitUrlRequestParams], Awaitable[ElicitResult]]
+"""Answers a URL-mode elicitation: show the message and the full URL, and open it (in the
+user's browser, never fetched by the client) only with the user's consent."""
+ElicitationCompleteCallback = Callable[[str], None]
+"""Told the ``elicitationId`` of a URL-mode elicitation the server says is over."""
+MAX_KNOWN_ELICITATIONS = 1000
 SamplingHandler = Callable[[CreateMessageParams], Awaitable[CreateMessageResult]]
 
 CLIENT_INFO = Implementation(name="trio-mcp-client", version="0.1.0")
+
+
+class UrlElicitationRequired(McpError):
+    """A request refused with -32042 (2025-11-25): the server needs the user to visit the
+    URLs of ``elicitations`` (URL-mode requests, each with its ``elicitation_id``) before it
+    can be served. Show them as :data:`UrlElicitationHandler` would; the request may be sent
+    again once they are done (``on_elicitation_complete`` hears of each, if the server says).
+
+    >>> error = UrlElicitationRequired(-32042, "Connect first", {"elicitations": [
+    ...     {"mode": "url", "elicitationId": "e1", "url": "https://x/connect", "message": "Connect"}]})
+    >>> [(e.elicitation_id, e.url) for e in error.elicitations]
+    [('e1', 'https://x/connect')]
+    """
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(code, message, data)
+        found = data.get("elicitations") if isinstance(data, dict) else None
+        self.elicitations: list[ElicitUrlRequestParams] = []
+        for item in found if isinstance(found, list) else ():
+            try:
+                self.elicitations.append(structure(item, ElicitUrlRequestParams))
+            except McpError:
+                continue  # not a URL-mode elicitation: nothing to show
 
 
 class Client(Endpoint):
@@ -123,8 +159,16 @@ class Client(Endpoint):
         client_info: Implementation = CLIENT_INFO,
         tasks_extension: bool = True,
         roots: Sequence[Mapping[str, Any]] | None = None,
+        on_elicit_url: UrlElicitationHandler | None = None,
+        on_elicitation_complete: ElicitationCompleteCallback | None = None,
     ) -> None:
         super().__init__(transport)
+        self.on_elicit_url = on_elicit_url
+        """Answers URL-mode elicitations; None: no ``elicitation.url`` capability."""
+        self.on_elicitation_complete = on_elicitation_complete
+        """Called with the id of each URL-mode elicitation the server says is over
+        (``notifications/elicitation/complete``, 2025-11-25), once, for ids it asked about."""
+        self._url_elicitations: dict[str, None] = {}  # ids asked, not yet said complete
         self.roots: list[dict[str, Any]] | None = [dict(r) for r in roots] if roots is not None else None
         """What ``roots/list`` answers (``{"uri": "file:///…", "name": …}`` each); None: no
         ``roots`` capability. Change it with :meth:`set_roots`."""
@@ -150,33 +194,67 @@ class Client(Endpoint):
         self._answered: dict[str, set[str]] = {}
         self._serving: dict[jsonrpc.RequestId, trio.CancelScope] = {}  # the server's requests we answer
 
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send a request and wait for its result; an error response raises McpError (-32042:
+        :class:`UrlElicitationRequired`, whose elicitations' ids are then known to
+        ``on_elicitation_complete``)."""
+        try:
+            return await super().request(method, params)
+        except McpError as exc:
+            if exc.code != URL_ELICITATION_REQUIRED or isinstance(exc, UrlElicitationRequired):
+                raise
+            required = UrlElicitationRequired(exc.code, exc.message, exc.data)
+            for elicitation in required.elicitations:
+                if elicitation.elicitation_id is not None:
+                    self._know_elicitation(elicitation.elicitation_id)
+            raise required from exc
+
+    def _know_elicitation(self, elicitation_id: str) -> None:
+        """Remember a URL-mode elicitation the server asked for (its completion is awaited)."""
+        self._url_elicitations[elicitation_id] = None
+        while len(self._url_elicitations) > MAX_KNOWN_ELICITATIONS:
+            del self._url_elicitations[next(iter(self._url_elicitations))]
+
     # -- incoming -------------------------------------------------------------------------
     @property
     def capabilities(self) -> dict[str, Any]:
         """What this client declares: elicitation / sampling when it has a handler for them."""
         capabilities: dict[str, Any] = {}
-        if self.on_elicit is not None:
-            capabilities["elicitation"] = {"form": {}}
+        if self.elicits:
+            capabilities["elicitation"] = self._elicitation_modes()
         if self.on_sample is not None:
             capabilities["sampling"] = {}
         if self.roots is not None:
             capabilities["roots"] = {"listChanged": True}
-        if self.receiver is not None and (self.on_elicit or self.on_sample):
+        if self.receiver is not None and (self.elicits or self.on_sample):
             requests: dict[str, Any] = {}
-            if self.on_elicit is not None:
+            if self.elicits:
                 requests["elicitation"] = {"create": {}}
             if self.on_sample is not None:
                 requests["sampling"] = {"createMessage": {}}
             capabilities["tasks"] = {"list": {}, "cancel": {}, "requests": requests}
         return capabilities
 
+    @property
+    def elicits(self) -> bool:
+        """Whether this client answers elicitations (``on_elicit`` or ``on_elicit_url``)."""
+        return self.on_elicit is not None or self.on_elicit_url is not None
+
+    def _elicitation_modes(self) -> dict[str, Any]:
+        modes: dict[str, Any] = {}
+        if self.on_elicit is not None:
+            modes["form"] = {}
+        if self.on_elicit_url is not None:
+            modes["url"] = {}
+        return modes
+
     async def on_request(self, request: jsonrpc.Request) -> None:
         if request.method == "ping":
             await self.respond(request.id, {})
         elif request.method == "roots/list" and self.roots is not None:
             await self.respond(request.id, {"roots": self.roots})
-        elif request.method == "elicitation/create" and self.on_elicit is not None:
-            await self._run_handler(request, ElicitRequestParams, self._elicit)
+        elif request.method == "elicitation/create" and self.elicits:
+            await self._run_handler(request, None, self._elicit_any)
         elif request.method == "sampling/createMessage" and self.on_sample is not None:
             await self._run_handler(request, CreateMessageParams, self.on_sample)
         elif request.method.startswith("tasks/") and self.receiver is not None:
@@ -193,22 +271,45 @@ class Client(Endpoint):
         result = await self.on_elicit(params)
         return apply_elicitation_defaults(params, result)
 
+    async def _elicit_any(self, params: dict[str, Any]) -> ElicitResult:
+        """An ``elicitation/create`` of either mode, to the handler of that mode; -32602 for a
+        mode this client did not declare (as the specification says)."""
+        mode = params.get("mode", "form")
+        if mode == "url" and self.on_elicit_url is not None:
+            request = structure(params, ElicitUrlRequestParams)
+            if request.elicitation_id is not None:
+                self._know_elicitation(request.elicitation_id)
+            result = await self.on_elicit_url(request)
+            return attrs.evolve(result, content=None)  # URL mode: nothing but the action
+        if mode == "form" and self.on_elicit is not None:
+            return await self._elicit(structure(params, ElicitRequestParams))
+        raise McpError(INVALID_PARAMS, f"Invalid params: this client does not take {mode!r} elicitations")
+
     async def _run_handler(
-        self, request: jsonrpc.Request, params_type: type[Any], handler: Callable[[Any], Awaitable[Any]]
+        self,
+        request: jsonrpc.Request,
+        params_type: type[Any] | None,
+        handler: Callable[[Any], Awaitable[Any]],
     ) -> None:
         """Answer a server request with ``handler``: as a task when the server asked for one
-        and we declared task support, else as an ordinary request. Never blocks the reader."""
+        and we declared task support, else as an ordinary request. Never blocks the reader.
+        ``params_type`` None: the handler takes the params as they came (an object)."""
         assert self.nursery is not None
 
+        def parse(params: Any) -> Any:
+            if params_type is None:
+                return structure(params if params is not None else {}, dict[str, Any])
+            return structure(params, params_type)
+
         async def plain(request: jsonrpc.Request) -> dict[str, Any]:
-            data: dict[str, Any] = unstructure(await handler(structure(request.params, params_type)))
+            data: dict[str, Any] = unstructure(await handler(parse(request.params)))
             return data
 
         receiver = self.receiver
         if isinstance((request.params or {}).get("task"), dict) and receiver is not None:
 
             async def as_task(request: jsonrpc.Request) -> dict[str, Any]:
-                params = structure(request.params, params_type)
+                params = parse(request.params)
                 ttl = structure((request.params or {})["task"], TaskMetadata).ttl
 
                 async def work(actor: TaskActor) -> TaskOutcome:
@@ -279,6 +380,12 @@ class Client(Endpoint):
                 task = structure(notification.params, Task)
                 for on_status in self.status_callbacks:
                     on_status(task)
+            elif notification.method == "notifications/elicitation/complete":
+                done = (notification.params or {}).get("elicitationId")
+                if isinstance(done, str) and done in self._url_elicitations:  # unknown ids ignored
+                    del self._url_elicitations[done]
+                    if self.on_elicitation_complete is not None:
+                        self.on_elicitation_complete(done)
             elif notification.method == "notifications/cancelled":
                 withdrawn = structure(notification.params, CancelledParams).request_id
                 scope = self._serving.get(withdrawn) if withdrawn is not None else None
@@ -358,8 +465,8 @@ class Client(Endpoint):
     def modern_capabilities(self) -> dict[str, Any]:
         """What this client declares on each modern-era request: input it can give, and tasks."""
         capabilities: dict[str, Any] = {"extensions": {TASKS_EXTENSION: {}}} if self.tasks_extension else {}
-        if self.on_elicit is not None:
-            capabilities["elicitation"] = {"form": {}}
+        if self.elicits:
+            capabilities["elicitation"] = self._elicitation_modes()
         if self.on_sample is not None:
             capabilities["sampling"] = {}
         if self.roots is not None:
@@ -431,28 +538,29 @@ class Client(Endpoint):
             if cursor is None:
                 return items
 
-    async def list_resources(self) -> list[dict[str, Any]]:
-        """Every resource (``resources/list``, across pages), as the server describes them."""
-        return await self._all_pages("resources/list", "resources")
+    async def list_resources(self) -> list[Resource]:
+        """Every resource (``resources/list``, across pages)."""
+        return [structure(r, Resource) for r in await self._all_pages("resources/list", "resources")]
 
-    async def list_resource_templates(self) -> list[dict[str, Any]]:
+    async def list_resource_templates(self) -> list[ResourceTemplate]:
         """Every resource template (``resources/templates/list``, across pages)."""
-        return await self._all_pages("resources/templates/list", "resourceTemplates")
+        pages = await self._all_pages("resources/templates/list", "resourceTemplates")
+        return [structure(t, ResourceTemplate) for t in pages]
 
-    async def read_resource(self, uri: str) -> dict[str, Any]:
-        """``resources/read``: the result, whose ``contents`` hold the resource."""
-        return await self._call("resources/read", {"uri": uri})
+    async def read_resource(self, uri: str) -> ReadResourceResult:
+        """``resources/read``: its ``contents`` hold the resource (``.text`` joins the texts)."""
+        return structure(await self._call("resources/read", {"uri": uri}), ReadResourceResult)
 
-    async def list_prompts(self) -> list[dict[str, Any]]:
+    async def list_prompts(self) -> list[Prompt]:
         """Every prompt (``prompts/list``, across pages)."""
-        return await self._all_pages("prompts/list", "prompts")
+        return [structure(p, Prompt) for p in await self._all_pages("prompts/list", "prompts")]
 
-    async def get_prompt(self, name: str, arguments: dict[str, str] | None = None) -> dict[str, Any]:
-        """``prompts/get``: the result, whose ``messages`` are the prompt."""
+    async def get_prompt(self, name: str, arguments: dict[str, str] | None = None) -> GetPromptResult:
+        """``prompts/get``: its ``messages`` are the prompt."""
         params: dict[str, Any] = {"name": name}
         if arguments:
             params["arguments"] = arguments
-        return await self._call("prompts/get", params)
+        return structure(await self._call("prompts/get", params), GetPromptResult)
 
     async def complete(self, ref: dict[str, Any], argument: str, value: str) -> list[str]:
         """``completion/complete``: the suggested values for ``argument`` of ``ref`` (a
@@ -537,8 +645,8 @@ class Client(Endpoint):
         for key, request in requests.items():
             method = request.get("method") if isinstance(request, dict) else None
             params = request.get("params") if isinstance(request, dict) else None
-            if method == "elicitation/create" and self.on_elicit is not None:
-                answers[key] = unstructure(await self._elicit(structure(params, ElicitRequestParams)))
+            if method == "elicitation/create" and self.elicits:
+                answers[key] = unstructure(await self._elicit_any(structure(params, dict[str, Any])))
             elif method == "sampling/createMessage" and self.on_sample is not None:
                 answers[key] = unstructure(await self.on_sample(structure(params, CreateMessageParams)))
             elif method == "roots/list" and self.roots is not None:
@@ -697,20 +805,31 @@ async def connect(
     protocol: str = LATEST_VERSION,
     tasks_extension: bool = True,
     roots: Sequence[Mapping[str, Any]] | None = None,
+    on_elicit_url: UrlElicitationHandler | None = None,
+    on_elicitation_complete: ElicitationCompleteCallback | None = None,
 ) -> AsyncIterator[Client]:
     """Run a client on ``transport`` (and, by default, open the conversation: see
     :meth:`Client.open` for ``protocol``, default the 2025-11-25 handshake).
 
-    ``on_elicit`` / ``on_sample`` answer the server's elicitation and sampling requests;
-    the client declares those capabilities only when given a handler. ``roots`` (``{"uri":
-    "file:///…", "name": …}`` each) answer ``roots/list``; without it, no ``roots`` capability.
+    ``on_elicit`` / ``on_sample`` answer the server's elicitation (form mode) and sampling
+    requests; ``on_elicit_url`` its URL-mode elicitations (``on_elicitation_complete`` hears
+    when the server says one is over). The client declares each capability (``elicitation``
+    with ``form`` and/or ``url``, ``sampling``) only when given its handler. ``roots``
+    (``{"uri": "file:///…", "name": …}`` each) answer ``roots/list``; without it, no ``roots``
+    capability.
     """
     client = Client(
-        transport, on_elicit=on_elicit, on_sample=on_sample, tasks_extension=tasks_extension, roots=roots
+        transport,
+        on_elicit=on_elicit,
+        on_sample=on_sample,
+        tasks_extension=tasks_extension,
+        roots=roots,
+        on_elicit_url=on_elicit_url,
+        on_elicitation_complete=on_elicitation_complete,
     )
     with unwrap_single():
         async with trio.open_nursery() as nursery:
-            if on_elicit is not None or on_sample is not None:
+            if client.elicits or on_sample is not None:
                 # The client runs tasks for the server too: the same actors as a server session.
                 supervisor = TaskSupervisor()
                 await nursery.start(supervisor.run)
@@ -735,7 +854,15 @@ async def connect_stdio(command: Sequence[str], **kwargs: Any) -> AsyncIterator[
     """Spawn ``command`` as an MCP server over stdio and connect to it."""
     handlers = {
         key: kwargs.pop(key)
-        for key in ("on_elicit", "on_sample", "protocol", "tasks_extension", "roots")
+        for key in (
+            "on_elicit",
+            "on_sample",
+            "protocol",
+            "tasks_extension",
+            "roots",
+            "on_elicit_url",
+            "on_elicitation_complete",
+        )
         if key in kwargs
     }
     async with (
@@ -750,7 +877,8 @@ async def connect_in_memory(server: Servable, **handlers: Any) -> AsyncIterator[
     """Serve ``server`` (a :class:`~trio_mcp.Server`) in this process and connect a client to
     it in memory.
 
-    ``handlers`` (``on_elicit``, ``on_sample``) are passed to :func:`connect`."""
+    ``handlers`` (``on_elicit``, ``on_elicit_url``, ``on_sample``, ``protocol``, ...) are
+    passed to :func:`connect`."""
     client_side, server_side = memory_transport_pair()
     with unwrap_single():
         async with server.open() as runtime, trio.open_nursery() as nursery:

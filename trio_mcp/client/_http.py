@@ -50,7 +50,15 @@ from ..transports.http import (
     expected_name,
 )
 from ._auth import AuthorizationError
-from ._client import Client, ConnectionClosed, ElicitationHandler, SamplingHandler, connect
+from ._client import (
+    Client,
+    ConnectionClosed,
+    ElicitationCompleteCallback,
+    ElicitationHandler,
+    SamplingHandler,
+    UrlElicitationHandler,
+    connect,
+)
 from ._headers import HeaderParam, param_header_values
 
 __all__ = ["CONNECT_TIMEOUT", "HttpTransport", "connect_http", "open_http_transport"]
@@ -482,8 +490,13 @@ async def connect_http(
     headers: dict[str, str] | None = None,
     connect_timeout: float = CONNECT_TIMEOUT,
     verify: ssl.SSLContext | bool = True,
+    on_elicit_url: UrlElicitationHandler | None = None,
+    on_elicitation_complete: ElicitationCompleteCallback | None = None,
 ) -> AsyncIterator[Client]:
     """A connected :class:`~trio_mcp.Client` to the MCP endpoint at ``url``.
+
+    ``on_elicit``, ``on_elicit_url``, ``on_elicitation_complete``, ``on_sample`` and ``roots``
+    as for :func:`~trio_mcp.client.connect`.
 
     ``protocol`` as for :func:`~trio_mcp.client.connect`: a handshake-era version (default
     2025-11-25: a session), ``"2026-07-28"`` (stateless), or ``"auto"`` (probe, then fall back).
@@ -503,7 +516,13 @@ async def connect_http(
         opened = False
         try:
             async with connect(
-                transport, protocol=protocol, on_elicit=on_elicit, on_sample=on_sample, roots=roots
+                transport,
+                protocol=protocol,
+                on_elicit=on_elicit,
+                on_sample=on_sample,
+                roots=roots,
+                on_elicit_url=on_elicit_url,
+                on_elicitation_complete=on_elicitation_complete,
             ) as client:
                 opened = True
                 yield client

@@ -29,6 +29,7 @@ __all__ = [
     "ElicitAction",
     "ElicitRequestParams",
     "ElicitResult",
+    "ElicitUrlRequestParams",
     "EmbeddedResource",
     "ImageContent",
     "Implementation",
@@ -310,6 +311,21 @@ class ElicitRequestParams:
 
     message: str
     requested_schema: dict[str, Any]
+    task: TaskMetadata | None = None
+    meta: Meta | None = None
+
+
+@attrs.frozen
+class ElicitUrlRequestParams:
+    """``elicitation/create`` in URL mode (2025-11-25 and 2026-07-28): send the user to ``url``
+    (out of band: what they enter there never passes through the client), explaining why in
+    ``message``. ``elicitation_id`` (2025-11-25 only) names it in
+    ``notifications/elicitation/complete``."""
+
+    message: str
+    url: str
+    elicitation_id: str | None = None
+    mode: Literal["url"] = attrs.Factory(lambda: "url")  # a Factory: always written
     task: TaskMetadata | None = None
     meta: Meta | None = None
 

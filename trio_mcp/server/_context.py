@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -12,12 +13,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from ..protocol.converter import structure, unstructure
-from ..protocol.errors import INVALID_PARAMS, McpError
+from ..protocol.errors import INVALID_PARAMS, INVALID_REQUEST, MISSING_REQUIRED_CLIENT_CAPABILITY, McpError
 from ..protocol.messages import (
     CreateMessageParams,
     CreateMessageResult,
     CreateTaskResult,
     ElicitResult,
+    ElicitUrlRequestParams,
     LoggingLevel,
     SamplingMessage,
 )
@@ -138,6 +140,55 @@ class Context:
         params: dict[str, Any] = {"message": message, "requestedSchema": schema}
         result = await self._call.ask_client("elicitation", "elicitation/create", params, message, key)
         return structure(result, ElicitResult)
+
+    async def elicit_url(
+        self, message: str, url: str, *, elicitation_id: str | None = None, key: str | None = None
+    ) -> ElicitResult:
+        """Send the user to ``url`` (URL-mode ``elicitation/create``): for what must not pass
+        through the client — a third party's authorization, an API key, a payment. The client
+        shows ``message`` and the full URL and asks the user's consent to open it.
+
+        Returns the client's ``accept`` (the user agreed to go: the interaction itself happens
+        out of band, and may not be over), ``decline`` or ``cancel``. Raises :class:`McpError`
+        if the client did not declare ``elicitation.url``.
+
+        2025-11-25: the request carries ``elicitation_id`` (default a fresh UUID): give your
+        own to tell the client when the interaction is over, with
+        :meth:`elicitation_complete`. 2026-07-28 has no id: as with :meth:`elicit`, the
+        question travels in the call's answer under ``key`` and the call is run again with
+        the answer; find out from your own state whether the interaction is over.
+
+        >>> # answer = await ctx.elicit_url("Connect your GitHub account",
+        >>> #     "https://mcp.example.com/connect?session=...", elicitation_id=eid)
+        """
+        modern = self._call.scope.era == "modern"
+        capabilities = getattr(self._call.scope, "client_capabilities", None)
+        elicitation = capabilities.get("elicitation") if isinstance(capabilities, dict) else None
+        if not (isinstance(elicitation, dict) and isinstance(elicitation.get("url"), dict)):
+            if modern:
+                raise McpError(
+                    MISSING_REQUIRED_CLIENT_CAPABILITY,
+                    "Missing required client capability: elicitation.url",
+                    {"requiredCapabilities": {"elicitation": {"url": {}}}},
+                )
+            raise McpError(
+                INVALID_REQUEST, "The client does not support URL-mode elicitation (elicitation.url)"
+            )
+        if not modern and elicitation_id is None:
+            elicitation_id = str(uuid.uuid4())
+        request = ElicitUrlRequestParams(message, url, None if modern else elicitation_id)
+        params: dict[str, Any] = unstructure(request)
+        result = await self._call.ask_client("elicitation", "elicitation/create", params, message, key)
+        return structure(result, ElicitResult)
+
+    def elicitation_complete(self, elicitation_id: str) -> bool:
+        """Tell the client that the out-of-band interaction of the URL-mode elicitation
+        ``elicitation_id`` is over (``notifications/elicitation/complete``, 2025-11-25; it may
+        then retry what waited for it). False, and nothing sent, in 2026-07-28 (which has no
+        such notification) or when the notification could not be queued."""
+        if self._call.scope.era == "modern":
+            return False
+        return self._call.peer.notify("notifications/elicitation/complete", {"elicitationId": elicitation_id})
 
     async def sample(
         self,
@@ -303,6 +354,12 @@ class ThreadContext:
     def elicit(self, message: str, schema: dict[str, Any], *, key: str | None = None) -> ElicitResult:
         """:meth:`Context.elicit`, from the thread: blocks it until the user answers."""
         return self._on_trio(self._context.elicit, message, schema, key=key)
+
+    def elicit_url(
+        self, message: str, url: str, *, elicitation_id: str | None = None, key: str | None = None
+    ) -> ElicitResult:
+        """:meth:`Context.elicit_url`, from the thread: blocks it until the user answers."""
+        return self._on_trio(self._context.elicit_url, message, url, elicitation_id=elicitation_id, key=key)
 
     def sample(
         self, messages: list[str | SamplingMessage], *, max_tokens: int, **options: Any
