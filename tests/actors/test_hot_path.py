@@ -282,7 +282,7 @@ def _nothing_to_do(actor: Any) -> Any:
         (_outcome, TaskOutcome, (None, ErrorValue(-32603, "boom"), True, None)),
         (jsonrpc._request, jsonrpc.Request, (7, "tools/call", {"name": "echo"})),
         (call_tool_command, CallTool, ("echo", {"text": "x"}, "p1", True, 60000, False, None, None)),
-        (create_task, CreateTask, ("alice", _nothing_to_do, 1000, None, Reply(), "address:10.0.0.1")),
+        (create_task, CreateTask, ("alice", _nothing_to_do, 1000, None, Reply(), "address:10.0.0.1", False)),
     ],
 )
 def test_slot_builders_build_the_instance_init_builds(build: Any, cls: type, fields: tuple[Any, ...]) -> None:

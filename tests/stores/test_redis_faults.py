@@ -237,16 +237,16 @@ async def test_the_events_iterator_says_resync_after_the_server_restarted(
     with trio.fail_after(10):
         async with store.events() as events:
             # The first subscription is no resubscription: no resync.
-            await store.publish(TaskEvent("changed", "t1", "me"))
-            assert await anext(events) == TaskEvent("changed", "t1", "me")
+            await store.publish(TaskEvent("work", "t1", "me"))
+            assert await anext(events) == TaskEvent("work", "t1", "me")
 
             server.kill()
             server.start()
             assert await anext(events) == RESYNC  # subscribed again: what was missed is unknown
             while True:  # (published before it subscribed again, an event is missed)
-                await store.publish(TaskEvent("changed", "t2", "me"))
+                await store.publish(TaskEvent("work", "t2", "me"))
                 with trio.move_on_after(0.1):
-                    assert await anext(events) == TaskEvent("changed", "t2", "me")
+                    assert await anext(events) == TaskEvent("work", "t2", "me")
                     break
 
             # And again after a second outage, this time while the iterator waits.

@@ -54,8 +54,8 @@ async def test_a_sentinel_url_reaches_the_primary_and_the_new_one_after_a_failov
                 async with store.events() as events:
                     await store.create(record("t1"))
                     assert await store.get("t1") == record("t1")
-                    await store.publish(TaskEvent("changed", "t1", "me"))
-                    assert await anext(events) == TaskEvent("changed", "t1", "me")
+                    await store.publish(TaskEvent("work", "t1", "me"))
+                    assert await anext(events) == TaskEvent("work", "t1", "me")
             assert b"task:t1" in primary.command("KEYS", "*t1")  # it wrote to the primary
             assert len(store) == 1  # a call made in place asks the Sentinel too
 

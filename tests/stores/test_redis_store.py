@@ -164,26 +164,41 @@ async def test_on_an_autojump_clock_a_call_takes_no_mock_time(
 # ----------------------------------------------------------------------------- events
 
 
-async def test_events_reach_every_subscriber_in_order_its_own_too() -> None:
+async def test_events_reach_the_processes_that_need_them_in_order() -> None:
+    """``cancel``/``input`` to the task's holder, ``changed`` to its watchers, ``work`` to all
+    the processes on the prefix (the publisher too), nothing across prefixes."""
     prefix = fresh_prefix()
     a = RedisTaskStore(shared_server().url, prefix=prefix)
     b = RedisTaskStore(shared_server().url, prefix=prefix)
     other = fresh_redis_store()
-    sent = [
-        TaskEvent("changed", "t1", "b"),
-        TaskEvent("cancel", "t1", "b"),
-        TaskEvent("input", "t2", "b", {"r1": {"action": "accept", "content": {"name": "x"}}}),
-    ]
+    now = time.time()
+    await a.create(new_record("t1", "alice", now=now, ttl_ms=60_000, poll_interval_ms=500))
+    assert await a.hold(["t1"], "a", now + 30) == []  # a runs t1
+    await b.watch(["t2"], "b")  # b waits for news of t2
+    answer = {"r1": {"action": "accept", "content": {"name": "x"}}}
     with trio.fail_after(5):
-        async with a.events() as at_a, b.events() as at_b, other.events() as at_other:
-            await other.publish(TaskEvent("changed", "elsewhere", "other"))
-            for event in sent:
-                await b.publish(event)
-            await a.publish(TaskEvent("changed", "t3", "a"))
-            expected = [*sent, TaskEvent("changed", "t3", "a")]
-            assert [await anext(at_a) for _ in expected] == expected
-            assert [await anext(at_b) for _ in expected] == expected
-            assert await anext(at_other) == TaskEvent("changed", "elsewhere", "other")
+        async with a.events_for("a") as at_a, b.events_for("b") as at_b, other.events_for("a") as at_other:
+            await other.publish(TaskEvent("work", "elsewhere", "other"))
+            await b.publish(TaskEvent("cancel", "t1", "b"))
+            await b.publish(TaskEvent("input", "t1", "b", answer))
+            await a.publish(TaskEvent("changed", "t2", "a"))
+            await a.publish(TaskEvent("changed", "t1", "a"))  # nobody watches t1
+            await b.publish(TaskEvent("cancel", "t2", "b"))  # nobody holds t2
+            await a.publish(TaskEvent("work", "t3", "a"))
+            assert [await anext(at_a) for _ in range(3)] == [
+                TaskEvent("cancel", "t1", "b"),
+                TaskEvent("input", "t1", "b", answer),
+                TaskEvent("work", "t3", "a"),
+            ]
+            assert [await anext(at_b) for _ in range(2)] == [
+                TaskEvent("changed", "t2", "a"),
+                TaskEvent("work", "t3", "a"),
+            ]
+            assert await anext(at_other) == TaskEvent("work", "elsewhere", "other")
+            await b.unwatch(["t2"], "b")
+            await a.publish(TaskEvent("changed", "t2", "a"))
+            await a.publish(TaskEvent("work", "t4", "a"))
+            assert await anext(at_b) == TaskEvent("work", "t4", "a")  # no news of t2 any more
     for store in (a, b, other):
         await store.aclose()
 
@@ -193,8 +208,8 @@ async def test_a_malformed_event_is_skipped(store: RedisTaskStore) -> None:
         async with store.events() as events:
             for garbage in (b"not json", b"[]", b'{"kind": "changed"}'):
                 shared_server().command("PUBLISH", store.channel, garbage)
-            await store.publish(TaskEvent("changed", "t1", "me"))
-            assert await anext(events) == TaskEvent("changed", "t1", "me")
+            await store.publish(TaskEvent("work", "t1", "me"))
+            assert await anext(events) == TaskEvent("work", "t1", "me")
 
 
 async def test_events_resubscribe_after_the_server_comes_back(private_server: RedisServer) -> None:
@@ -203,18 +218,18 @@ async def test_events_resubscribe_after_the_server_comes_back(private_server: Re
         async with store.events() as events:
             private_server.stop()
             with pytest.raises(RedisUnavailable):
-                await store.publish(TaskEvent("changed", "lost", "me"))
+                await store.publish(TaskEvent("work", "lost", "me"))
             private_server.start()
 
             async def publish_until_heard() -> None:
                 while True:
-                    await store.publish(TaskEvent("changed", "t1", "me"))
+                    await store.publish(TaskEvent("work", "t1", "me"))
                     await trio.sleep(0.05)
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(publish_until_heard)
                 assert await anext(events) == TaskEvent("resync", "", "")  # subscribed again
-                assert await anext(events) == TaskEvent("changed", "t1", "me")
+                assert await anext(events) == TaskEvent("work", "t1", "me")
                 nursery.cancel_scope.cancel()
     await store.aclose()
 
@@ -236,9 +251,9 @@ async def test_a_silent_events_connection_counts_as_lost_and_is_replaced(
             assert "task events connection lost (no answer to a ping within 0.1 s)" in caplog.text
             assert await anext(events) == TaskEvent("resync", "", "")  # subscribed again
             while True:  # (published before it subscribed again, an event is missed)
-                await store.publish(TaskEvent("changed", "t1", "me"))
+                await store.publish(TaskEvent("work", "t1", "me"))
                 with trio.move_on_after(0.1):
-                    assert await anext(events) == TaskEvent("changed", "t1", "me")
+                    assert await anext(events) == TaskEvent("work", "t1", "me")
                     break
     await store.aclose()
 
@@ -251,9 +266,9 @@ async def test_events_entered_while_the_server_is_down_flow_once_it_is_up() -> N
             async with store.events() as events:  # does not raise: it keeps trying
                 server.start()
                 while True:
-                    await store.publish(TaskEvent("changed", "t1", "me"))
+                    await store.publish(TaskEvent("work", "t1", "me"))
                     with trio.move_on_after(0.1):
-                        assert await anext(events) == TaskEvent("changed", "t1", "me")
+                        assert await anext(events) == TaskEvent("work", "t1", "me")
                         break
     finally:
         server.close()
@@ -432,8 +447,8 @@ async def test_an_acl_user_in_the_url_logs_in_as_that_user_with_that_users_right
         async with RedisTaskStore(url, prefix=prefix) as store, store.events() as events:
             await store.create(record("t1"))
             assert await store.get("t1") == record("t1")
-            await store.publish(TaskEvent("changed", "t1", "me"))
-            assert await anext(events) == TaskEvent("changed", "t1", "me")
+            await store.publish(TaskEvent("work", "t1", "me"))
+            assert await anext(events) == TaskEvent("work", "t1", "me")
             assert "t4sks" not in repr(store)
         elsewhere = RedisTaskStore(url, prefix="not-its-keys:")
         with pytest.raises(RedisReplyError, match=r"NOPERM|permission"):  # its rights, not the default's

@@ -66,8 +66,8 @@ async def test_with_the_ca_and_a_client_certificate_every_operation_works_over_t
             assert [r.task_id for r in (await store.page("alice", None, 10))[0]] == ["t1"]
             assert await store.hold(["t1"], "process-a", 5.0) == []
             assert await store.lease("t1") == ("process-a", 5.0)  # a pipeline
-            await store.publish(TaskEvent("changed", "t1", "me"))
-            assert await anext(events) == TaskEvent("changed", "t1", "me")  # pub/sub over TLS too
+            await store.publish(TaskEvent("work", "t1", "me"))
+            assert await anext(events) == TaskEvent("work", "t1", "me")  # pub/sub over TLS too
             assert len(store) == 1  # a call made in place (another Trio run) uses TLS as well
 
 

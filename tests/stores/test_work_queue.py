@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import trio
-from redis_server import fresh_redis_store
+from redis_server import fresh_redis_store, shared_server
 
 from trio_mcp import Context, Server, TaskLimits, TaskStatus
 from trio_mcp.protocol import jsonrpc
@@ -188,4 +188,59 @@ async def test_a_front_without_work_queues_every_task_and_refuses_past_the_owner
     assert seen[task_id] == ("alice", frozenset({"reports"}))  # who called, wherever it runs
     assert (task_id, "alice") in hooked  # the tool middleware runs wherever the tool does
     assert await store.queued() == 0
+    await store.aclose()
+
+
+def _commands_served(port: int) -> int:
+    """How many commands the Redis server has run (``INFO commandstats``), INFO excluded."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"*2\r\n$4\r\nINFO\r\n$12\r\ncommandstats\r\n")
+        data = b""
+        while not data.endswith(b"\r\n\r\n") or data.count(b"\r\n") < 2:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+            header, _, rest = data.partition(b"\r\n")
+            if header.startswith(b"$") and len(rest) >= int(header[1:]) + 2:
+                break
+    total = 0
+    for line in data.decode().splitlines():
+        if line.startswith("cmdstat_") and not line.startswith("cmdstat_info:"):
+            total += int(line.split("calls=", 1)[1].split(",", 1)[0])
+    return total
+
+
+async def test_a_call_that_ends_within_the_auto_task_window_never_touches_redis() -> None:
+    server = Server("window", limits=TaskLimits(lease_seconds=600))
+
+    @server.tool
+    async def quick(text: str) -> str:
+        return text
+
+    @server.tool
+    async def slow(seconds: float) -> str:
+        await trio.sleep(seconds)
+        return "slow"
+
+    store = fresh_redis_store()
+    port = shared_server().port
+    async with server.open(store=store) as runtime:
+        await trio.sleep(0.3)  # the loops' first rounds (a lease round, a claim) are over
+        before = _commands_served(port)
+        for request_id in range(5):
+            data, code = await runtime.serve_one(
+                _call(request_id, "quick", {"text": "hi"}), owner="alice", send=lambda _: True
+            )
+            assert code is None and json.loads(data)["result"]["resultType"] == "complete"
+        assert _commands_served(port) == before  # no task was stored, none deleted
+        # A call past the window is a task: stored before the client sees it.
+        data, code = await runtime.serve_one(
+            _call(9, "slow", {"seconds": 2}), owner="alice", send=lambda _: True
+        )
+        task_id = json.loads(data)["result"]["taskId"]
+        assert (await store.get(task_id)) is not None
+        assert _commands_served(port) > before
     await store.aclose()

@@ -75,8 +75,7 @@ from ._queue import describe
 from ._receiver import Rendered, Started, TaskReceiver, encode_answer
 from ._request import InboundRequest, RequestObserver
 from .runtime import MailboxFull, Reply, ask
-from .supervisor import Route, Unwatch, Watch
-from .task_actor import Poll
+from .supervisor import Reveal, Unwatch, Watch
 
 __all__ = [
     "GATED_METHODS",
@@ -678,7 +677,9 @@ async def _call_maybe_task(
     work = run(host, entry, command.arguments, command.progress_token, scope, mrtr)
     if host.supervisor.queues:  # stored with the task: any process may run it (actors/_queue.py)
         work.replay = describe(request.message, work.caller)
-    started = host.receiver.start_create(work, None, entry.immediate_response, scope, watcher=watch)
+    started = host.receiver.start_create(
+        work, None, entry.immediate_response, scope, watcher=watch, hidden=True
+    )
     # Told of the task the moment it exists, even if this call has stopped waiting by then.
     started.reply.then(hidden.created)
     keep = False
@@ -765,9 +766,9 @@ async def _settle_maybe_task(
         return rendered, False
     if mrtr is not None:
         mrtr.task_shown = True  # from now on, input is asked through the task
-    poll: Reply[TaskRecord] = Reply()
-    host.supervisor.tell(Route(host.owner, record.task_id, Poll(poll)))
-    return scope.render_created(await poll.wait(), immediate), True
+    shown: Reply[TaskRecord] = Reply()  # stored first: durable before visible
+    host.supervisor.tell(Reveal(host.owner, record.task_id, shown))
+    return scope.render_created(await shown.wait(), immediate), True
 
 
 Handler = Callable[[Host, Any, Scope, InboundRequest], Any]

@@ -114,14 +114,17 @@ class TaskReceiver:
         immediate_response: str | None = None,
         dialect: Renderer | None = None,
         watcher: Callable[[TaskRecord], None] | None = None,
+        hidden: bool = False,
     ) -> Started:
         """Ask for a task; its CreateTaskResult is the answer, and the work starts only once
         that answer is queued, so no status notification can overtake it. ``watcher`` (default:
-        status notifications in the dialect's shape) is told every later record."""
+        status notifications in the dialect's shape) is told every later record. ``hidden``:
+        a server-directed call's task, stored only if it is shown (see
+        :class:`~trio_mcp.actors.supervisor.Reveal`)."""
         renderer = dialect or self.dialect
         reply: Reply[TaskRecord] = Reply()
         notify = watcher if watcher is not None else self._notifier(renderer)
-        self.supervisor.create(create_task(self.owner, work, ttl_ms, notify, reply, self.client))
+        self.supervisor.create(create_task(self.owner, work, ttl_ms, notify, reply, self.client, hidden))
 
         def render(record: TaskRecord) -> Rendered:
             return renderer.created_json(record, immediate_response)

@@ -39,6 +39,7 @@ __all__ = [
     "ImmediateTaskStore",
     "InvalidCursor",
     "SharedTaskStore",
+    "TargetedEvents",
     "TaskEvent",
     "TaskStore",
     "WorkQueue",
@@ -148,6 +149,25 @@ class SharedTaskStore(TaskStore, Protocol):
     async def hold(self, task_ids: Sequence[str], origin: str, until: float) -> list[str]: ...
     async def release(self, task_ids: Sequence[str]) -> None: ...
     async def lapsed(self, now: float, limit: int) -> list[TaskRecord]: ...
+
+
+@runtime_checkable
+class TargetedEvents(SharedTaskStore, Protocol):
+    """A shared store whose events reach only the processes that need them, instead of all:
+
+    - ``cancel`` and ``input`` go to the process holding the task's lease (none: nobody; a
+      process that claims it later finds the record as it is);
+    - ``changed`` goes to the processes watching the task (``watch(task_ids, origin)``, until
+      ``unwatch``: those with ``tasks/result`` waiters or listeners on a task running
+      elsewhere);
+    - ``work`` goes to every process.
+
+    ``events_for(origin)`` is :meth:`SharedTaskStore.events` for the process ``origin``: its
+    own events and those that go to all. A watch may outlive its process (it expires)."""
+
+    def events_for(self, origin: str) -> AbstractAsyncContextManager[AsyncIterator[TaskEvent]]: ...
+    async def watch(self, task_ids: Sequence[str], origin: str) -> None: ...
+    async def unwatch(self, task_ids: Sequence[str], origin: str) -> None: ...
 
 
 class WorkRefused(Exception):

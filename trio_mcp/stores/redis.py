@@ -99,7 +99,7 @@ import time
 import types
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any, TypeVar
 
 import attrs
@@ -138,6 +138,7 @@ log = logging.getLogger("trio_mcp.actors")
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_PREFIX = "trio-mcp:"
 _FOREVER_MS = 2**46
+_WATCH_MS = 25 * 3600 * 1000  # a watch outlives the longest task TTL (a day), then expires
 """A Redis TTL longer than this (over two thousand years) is no TTL at all."""
 
 T = TypeVar("T")
@@ -673,6 +674,36 @@ return 1
 """
 )
 
+# ARGV: P, id, message -> to the process holding the task's lease (cancel, input)
+_PUBLISH_HOLDER = """
+local holder = redis.call('HGET', P .. 'origins', ARGV[2])
+if not holder then return 0 end
+return redis.call('PUBLISH', P .. 'events:' .. holder, ARGV[3])
+"""
+
+# ARGV: P, id, message -> to the processes watching the task (changed)
+_PUBLISH_WATCHERS = """
+local sent = 0
+for _, origin in ipairs(redis.call('SMEMBERS', P .. 'watch:' .. ARGV[2])) do
+  sent = sent + redis.call('PUBLISH', P .. 'events:' .. origin, ARGV[3])
+end
+return sent
+"""
+
+# ARGV: P, origin, ms, id... (watch) ; P, origin, '-1', id... (unwatch)
+_WATCH = """
+for i = 4, #ARGV do
+  local key = P .. 'watch:' .. ARGV[i]
+  if ARGV[3] == '-1' then
+    redis.call('SREM', key, ARGV[2])
+  else
+    redis.call('SADD', key, ARGV[2])
+    redis.call('PEXPIRE', key, ARGV[3])
+  end
+end
+return 1
+"""
+
 # ARGV: P -> how many records there are (dropping index entries of vanished ones)
 _COUNT = """
 local index = P .. 'expiry'
@@ -701,6 +732,9 @@ _SCRIPTS = types.SimpleNamespace(
     claim=_script(_CLAIM),
     requeue=_script(_REQUEUE),
     hand_back=_script(_HAND_BACK),
+    publish_holder=_script(_PUBLISH_HOLDER),
+    publish_watchers=_script(_PUBLISH_WATCHERS),
+    watch=_script(_WATCH),
     count=_script(_COUNT),
 )
 """coredis script objects: each call is an ``EVALSHA`` (the script is loaded into a server
@@ -1349,18 +1383,42 @@ class RedisTaskStore:
 
     # -- the SharedTaskStore interface ----------------------------------------------------
     async def publish(self, event: TaskEvent) -> None:
-        """Send ``event`` to every process subscribed through :meth:`events` (this one too)."""
+        """Send ``event`` to the processes that need it (see
+        :class:`~trio_mcp.stores.base.TargetedEvents`): ``cancel`` and ``input`` to the task's
+        holder, ``changed`` to its watchers, anything else to every process."""
         message: dict[str, Any] = {"kind": event.kind, "taskId": event.task_id, "origin": event.origin}
         if event.responses is not None:
             message["responses"] = event.responses
-        text = json.dumps(message, allow_nan=False, separators=(",", ":"))
-        channel = self.channel
-        data = store_key(text)
-        await self._call(lambda client: client.publish(channel, data), [(b"PUBLISH", channel, data)])
+        data = store_key(json.dumps(message, allow_nan=False, separators=(",", ":")))
+        if event.kind in ("cancel", "input"):
+            await self._run(_SCRIPTS.publish_holder, store_key(event.task_id), data)
+        elif event.kind == "changed":
+            await self._run(_SCRIPTS.publish_watchers, store_key(event.task_id), data)
+        else:
+            channel = self.channel
+            await self._call(lambda client: client.publish(channel, data), [(b"PUBLISH", channel, data)])
+
+    async def watch(self, task_ids: Sequence[str], origin: str) -> None:
+        """Send ``origin`` the ``changed`` events of these tasks (for a day at most, or until
+        :meth:`unwatch`)."""
+        if task_ids:
+            await self._run(_SCRIPTS.watch, origin, _WATCH_MS, *(store_key(task_id) for task_id in task_ids))
+
+    async def unwatch(self, task_ids: Sequence[str], origin: str) -> None:
+        if task_ids:
+            await self._run(_SCRIPTS.watch, origin, "-1", *(store_key(task_id) for task_id in task_ids))
+
+    def events_for(self, origin: str) -> AbstractAsyncContextManager[AsyncIterator[TaskEvent]]:
+        """:meth:`events` for the process ``origin``: the events sent to it, and those sent to all."""
+        return self._events((self.channel, self.channel + b":" + store_key(origin)))
+
+    def events(self) -> AbstractAsyncContextManager[AsyncIterator[TaskEvent]]:
+        """The events sent to every process (``work``), from now on (see :meth:`_events`)."""
+        return self._events((self.channel,))
 
     @asynccontextmanager
-    async def events(self) -> AsyncIterator[AsyncIterator[TaskEvent]]:
-        """The events every process publishes, from now on, on a connection of their own.
+    async def _events(self, channels: tuple[bytes, ...]) -> AsyncIterator[AsyncIterator[TaskEvent]]:
+        """The events on these channels, from now on, on a connection of their own.
 
         Entering subscribes at once if the server answers; if it does not (or later, when the
         connection breaks, or stays silent to a ping for ``heartbeat`` seconds), the iterator
@@ -1374,7 +1432,7 @@ class RedisTaskStore:
         if self._closed:
             raise StoreClosed(f"{self!r} is closed")
         send, receive = trio.open_memory_channel[TaskEvent](math.inf)
-        subscriber = _Subscriber(self)
+        subscriber = _Subscriber(self, channels)
         with send, receive:
             if _on_mock_clock():
                 token = trio.lowlevel.current_trio_token()
@@ -1565,8 +1623,9 @@ class _Subscriber:
 
     RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
-    def __init__(self, store: RedisTaskStore) -> None:
+    def __init__(self, store: RedisTaskStore, channels: tuple[bytes, ...]) -> None:
         self.store = store
+        self.channels = channels
         self.failures = 0
         self.lost = False
         """A subscription was lost and not made again yet (a ``resync`` event is due then)."""
@@ -1620,7 +1679,7 @@ class _Subscriber:
                     await stack.enter_async_context(context)
                 pubsub = await stack.enter_async_context(
                     client.pubsub(
-                        channels=[store.channel],
+                        channels=list(self.channels),
                         ignore_subscribe_messages=True,
                         retry_policy=NoRetryPolicy(),
                         subscription_timeout=store.timeout,
