@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import trio
-from redis_server import fresh_redis_store, shared_server
+from redis_server import fresh_prefix, fresh_redis_store, shared_server
 
 from trio_mcp import Context, Server, TaskLimits, TaskStatus
 from trio_mcp.protocol import jsonrpc
@@ -244,3 +244,35 @@ async def test_a_call_that_ends_within_the_auto_task_window_never_touches_redis(
         assert (await store.get(task_id)) is not None
         assert _commands_served(port) > before
     await store.aclose()
+
+
+async def test_an_idle_process_hears_no_events_of_tasks_it_does_not_wait_for() -> None:
+    prefix = fresh_prefix()
+
+    def make(name: str) -> Server:
+        server = Server(name, limits=TaskLimits(auto_task_after_ms=10, lease_seconds=600))
+
+        @server.tool
+        async def slow(seconds: float) -> str:
+            await trio.sleep(seconds)
+            return "slow"
+
+        return server
+
+    store_a = RedisTaskStore(shared_server().url, prefix=prefix)
+    store_b = RedisTaskStore(shared_server().url, prefix=prefix)
+    async with make("a").open(store=store_a) as a, make("b").open(store=store_b) as b:
+        ids = []
+        for request_id in range(10):
+            data, _ = await a.serve_one(
+                _call(request_id, "slow", {"seconds": 0.1}), owner="alice", send=lambda _: True
+            )
+            ids.append(json.loads(data)["result"]["taskId"])
+        with trio.fail_after(5):
+            for task_id in ids:
+                while (record := await store_b.get(task_id)) is None or not record.is_terminal:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+        await trio.sleep(0.2)
+        assert b.supervisor.events_seen == 0  # ten tasks created, run and ended next door
+    for store in (store_a, store_b):
+        await store.aclose()
