@@ -76,11 +76,13 @@ demo: $(DEMO_STAMP)
 # sharing scripts/node_setup.py with make conformance); `python -m benchmarks --no-ts` skips it.
 # Then HTTP and WebSocket against the TS SDK, the Python SDK 2.x under uvicorn (.venv-sdk2, set
 # up by benchmarks/peers/sdk2.py) and an h11-on-Trio floor (benchmarks/http_peers.py); a peer
-# that cannot be installed there is skipped with its reason.
+# that cannot be installed there is skipped with its reason. Last, scale-out on Redis: CPU and
+# Redis commands per task round trip at 1 and 3 processes (benchmarks/scale.py).
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.peers.node
 	$(BIN)/python -m benchmarks
 	$(BIN)/python -m benchmarks.http_peers
+	$(BIN)/python -m benchmarks.scale
 
 clean:
 	rm -rf $(VENV) $(SDK2_VENV) $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache

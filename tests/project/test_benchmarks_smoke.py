@@ -439,3 +439,18 @@ def test_http_peers_skip_a_peer_that_cannot_be_installed(monkeypatch: pytest.Mon
         "sdk2": "SetupError: could not set up .venv-sdk2: pip failed",
     }
     assert said == [f"skipping {http_peers.LABELS[n]}: {skipped[n]}" for n in ("ts-sdk", "sdk2")]
+
+
+def test_the_scale_out_benchmark_counts_cpu_and_redis_commands_per_task(tmp_path: Path) -> None:
+    out = tmp_path / "scale.json"
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.scale", "--tasks", "5", "--processes", "1", "--json", str(out)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    [row] = json.loads(out.read_text())
+    assert row["processes"] == 1 and row["tasks"] == 5
+    assert row["cpu_ms_per_task"] > 0
+    assert 1 <= row["commands_sent_per_task"] <= row["commands_run_per_task"]
