@@ -205,3 +205,197 @@ async def test_a_request_the_client_cancels_ends_its_span_as_dropped(
         for p in otel.metric("trio_mcp.server.requests")
     }
     assert outcomes[("tools/call", "dropped")] == 1
+
+
+# ----------------------------------------------------------------------------- store calls
+
+
+def store_calls(otel: Otel, kind: str) -> dict[tuple[str, str | None], Any]:
+    """The store latency histogram's points for ``kind``: by (operation, error type)."""
+    return {
+        (p.attributes["trio_mcp.store.operation"], p.attributes.get("error.type")): p
+        for p in otel.metric("trio_mcp.store.operation.duration")
+        if p.attributes["trio_mcp.store.kind"] == kind
+    }
+
+
+def store_errors(otel: Otel) -> dict[tuple[str, str, str], int]:
+    return {
+        (
+            p.attributes["trio_mcp.store.kind"],
+            p.attributes["trio_mcp.store.operation"],
+            p.attributes["error.type"],
+        ): p.value
+        for p in otel.metric("trio_mcp.store.errors")
+    }
+
+
+def observed(otel: Otel, store: Any, limits: Any = None) -> Server:
+    """A server on ``store``, instrumented like ``otel.server``, with the ``slow`` tool."""
+    server = Server("observed-store", store=lambda: store, limits=limits)
+    server.instrument(tracer_provider=otel.tracer_provider, meter_provider=otel.meter_provider)
+
+    @server.tool
+    async def slow(seconds: float) -> str:
+        await trio.sleep(seconds)
+        return "done"
+
+    return server
+
+
+async def test_every_memory_store_call_is_timed_by_operation(otel: Otel) -> None:
+    from trio_mcp.stores.memory import MemoryTaskStore
+
+    async with connect_in_memory(observed(otel, MemoryTaskStore())) as client:
+        created = await client.call_tool_as_task("slow", {"seconds": 0})
+        await client.task_result(created.task.task_id)
+        await client.list_tasks()
+    calls = store_calls(otel, "memory")
+    # In place (create, update: each status), and through the supervisor's reads (the start-up
+    # sweep of expired records, tasks/list).
+    assert {("create", None), ("update", None), ("due", None), ("page", None)} <= set(calls)
+    assert calls[("create", None)].count == 1
+    assert calls[("update", None)].count >= 1  # working -> completed
+    assert all(point.sum >= 0 for point in calls.values())
+    assert store_errors(otel) == {}
+
+
+async def test_every_sqlite_store_call_is_timed_on_a_real_file(otel: Otel, tmp_path: Any) -> None:
+    from trio_mcp.stores.sqlite import SqliteTaskStore
+
+    store = SqliteTaskStore(str(tmp_path / "tasks.db"))
+    async with connect_in_memory(observed(otel, store)) as client:
+        created = await client.call_tool_as_task("slow", {"seconds": 0})
+        await client.task_result(created.task.task_id)
+        await client.get_task(created.task.task_id)
+        await client.list_tasks()
+    calls = store_calls(otel, "sqlite")
+    assert {("create", None), ("update", None), ("get", None), ("page", None), ("due", None)} <= set(calls)
+    # Real I/O, on a thread: each call took some time.
+    assert calls[("create", None)].count == 1 and calls[("create", None)].sum > 0
+    assert calls[("get", None)].sum > 0
+    assert store_errors(otel) == {}
+
+
+class FailingStore:
+    """A store that waits (not in place), its calls failing as the test says: ``failures``
+    maps an operation to how many of its next calls raise :class:`OSError`; ``stalls`` names
+    the operations whose calls never answer (they pass the store's deadline)."""
+
+    def __init__(self) -> None:
+        from trio_mcp.stores.memory import MemoryTaskStore
+
+        self.inner = MemoryTaskStore()
+        self.failures: dict[str, int] = {}
+        self.stalls: set[str] = set()
+
+    async def _gate(self, operation: str) -> None:
+        await trio.lowlevel.checkpoint()
+        if operation in self.stalls:
+            await trio.sleep_forever()
+        left = self.failures.get(operation, 0)
+        if left:
+            self.failures[operation] = left - 1
+            raise OSError(f"store down ({operation})")
+
+    async def create(self, record: Any) -> None:
+        await self._gate("create")
+        self.inner.create_now(record)
+
+    async def get(self, task_id: str) -> Any:
+        await self._gate("get")
+        return self.inner.peek(task_id)
+
+    async def update(self, record: Any) -> bool:
+        await self._gate("update")
+        return self.inner.update_now(record)
+
+    async def delete(self, task_id: str) -> Any:
+        await self._gate("delete")
+        return self.inner.delete_now(task_id)
+
+    async def page(self, owner: str, cursor: str | None, limit: int) -> Any:
+        await self._gate("page")
+        return await self.inner.page(owner, cursor, limit)
+
+    async def due(self, now: float, limit: int) -> Any:
+        await self._gate("due")
+        return await self.inner.due(now, limit)
+
+
+async def test_failed_store_calls_are_counted_by_error_type(
+    otel: Otel, autojump_clock: trio.testing.MockClock
+) -> None:
+    from trio_mcp.actors.supervisor import TaskLimits
+
+    store = FailingStore()
+    async with connect_in_memory(observed(otel, store, TaskLimits(store_timeout=2.0))) as client:
+        created = await client.call_tool_as_task("slow", {"seconds": 1})
+        store.failures["update"] = 2  # the writer tries again until it is stored
+        assert not (await client.task_result(created.task.task_id)).is_error
+        store.failures["page"] = 1
+        with pytest.raises(McpError):
+            await client.list_tasks()
+        store.stalls.add("get")
+        with pytest.raises(McpError):
+            await client.get_task(created.task.task_id)
+    errors = store_errors(otel)
+    assert errors[("failing", "update", "OSError")] == 2
+    assert errors[("failing", "page", "OSError")] == 1
+    assert errors[("failing", "get", "timeout")] == 1
+    calls = store_calls(otel, "failing")
+    # The latency of a failed call is recorded with its error type; the retry that worked, without.
+    assert calls[("update", "OSError")].count == 2
+    assert calls[("update", None)].count >= 1
+    [timeout] = [p for key, p in calls.items() if key == ("get", "timeout")]
+    assert timeout.count == 1 and 2 <= timeout.sum < 3  # the store's deadline, on Trio's clock
+
+
+# ----------------------------------------------------------------------------- mcp.session.id
+
+
+async def test_request_spans_carry_the_http_session_id(otel: Otel) -> None:
+    import httpx
+
+    from trio_mcp.server import serve_http
+
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+
+    def rpc(id: int | None, method: str, params: dict[str, Any] | None = None) -> bytes:
+        message: dict[str, Any] = {
+            "jsonrpc": "2.0",
+            "method": method,
+            **({"params": params} if params else {}),
+        }
+        return json.dumps({**message, **({"id": id} if id is not None else {})}).encode()
+
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_http, otel.server)
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as http:
+            response = await http.post(url, content=rpc(1, "initialize", hello), headers=headers)
+            assert response.status_code == 200, response.text
+            session_id = response.headers["mcp-session-id"]
+            session = {**headers, "mcp-session-id": session_id, "mcp-protocol-version": "2025-11-25"}
+            await http.post(url, content=rpc(None, "notifications/initialized"), headers=session)
+            response = await http.post(url, content=rpc(2, "tools/list"), headers=session)
+            assert response.status_code == 200, response.text
+        with trio.fail_after(5):  # a span ends once its answer is handed to the transport
+            while len(otel.finished("initialize") + otel.finished("tools/list")) < 2:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    [initialize] = otel.finished("initialize")
+    [listed] = otel.finished("tools/list")
+    assert initialize.attributes is not None and listed.attributes is not None
+    assert initialize.attributes["mcp.session.id"] == session_id
+    assert listed.attributes["mcp.session.id"] == session_id
+    # Never on a metric: one series per session would be unbounded.
+    assert all("mcp.session.id" not in p.attributes for p in otel.metric("mcp.server.operation.duration"))
+
+
+async def test_a_connection_without_a_session_id_records_none(otel: Otel) -> None:
+    async with connect_in_memory(otel.server) as client:
+        await client.list_tools()
+    [listed] = otel.finished("tools/list")
+    assert listed.attributes is not None and "mcp.session.id" not in listed.attributes

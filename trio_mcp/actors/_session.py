@@ -13,6 +13,7 @@ answer's write.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import itertools
 import logging
@@ -84,6 +85,12 @@ TOO_MANY_REQUESTS = ErrorValue(
 )
 
 _session_numbers = itertools.count(1)
+
+current_session_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "trio_mcp_current_session_id", default=None
+)
+"""The MCP session id of the connection being served (:attr:`SessionActor.mcp_session_id`), in
+its Trio tasks and the tasks they start; None where the transport has none. Telemetry reads it."""
 
 _NO_MIDDLEWARE = Middlewares((), ())
 
@@ -160,6 +167,14 @@ class SessionActor(Endpoint):
         return self.name
 
     @property
+    def mcp_session_id(self) -> str | None:
+        """The MCP session id the transport gave this connection — Streamable HTTP's
+        ``Mcp-Session-Id`` (its session transport's ``id``) — or None: stdio and WebSocket
+        connections have none (MCP defines session ids for Streamable HTTP only)."""
+        value = getattr(self.transport, "id", None)
+        return value if isinstance(value, str) else None
+
+    @property
     def client_capabilities(self) -> dict[str, Any]:
         return self.dialect.client_capabilities
 
@@ -167,6 +182,9 @@ class SessionActor(Endpoint):
         """Serve until the client hangs up, then cancel what it left running."""
         trace = self.supervisor.tracer
         trace("actor.start", {"actor": "SessionActor", "name": self.name})
+        # In this task's context, for the connection's life: every task it starts inherits it.
+        session_id = self.mcp_session_id
+        token = current_session_id.set(session_id) if session_id is not None else None
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -176,6 +194,8 @@ class SessionActor(Endpoint):
             with trio.CancelScope(shield=True):
                 await self.transport.aclose()
             trace("actor.stop", {"actor": "SessionActor", "name": self.name})
+            if token is not None:
+                current_session_id.reset(token)
 
     def shutdown(self) -> None:
         """The server is stopping: answer every waiting request with :data:`SHUTTING_DOWN`

@@ -51,6 +51,7 @@ import trio
 from ..protocol.errors import INTERNAL_ERROR, TASK_LIMIT_REACHED, ErrorValue
 from ..protocol.records import TaskRecord
 from ..stores.base import ImmediateTaskStore, SharedTaskStore, TaskEvent, TaskStore, WorkQueue, WorkRefused
+from ._observe import ObservedStore, StoreObserver, call_store
 
 __all__ = ["STORE_UNAVAILABLE", "Backoff", "RetryPolicy", "StoreWriter", "Submission"]
 
@@ -126,7 +127,8 @@ class StoreWriter:
     current)``: a change of ours met a record it must not overwrite — terminal, or None
     (gone). ``shared`` and ``origin``: for a store several processes share, a new task's lease
     is taken (``lease_seconds`` from ``wall_clock()``), a finished task's released, and a
-    ``changed`` event published after each stored change.
+    ``changed`` event published after each stored change. ``observer``: told of every store
+    call's latency and error (:mod:`trio_mcp.actors._observe`); without one, nothing is timed.
     """
 
     def __init__(
@@ -140,11 +142,16 @@ class StoreWriter:
         origin: str = "",
         lease_seconds: float = 15.0,
         wall_clock: Callable[[], float] = time.time,
+        observer: StoreObserver | None = None,
     ) -> None:
         self.store = store
         self.policy = policy or RetryPolicy()
         self.timeout = self.policy.timeout
+        self.observed = ObservedStore(store, observer) if observer is not None else None
+        """The store's calls, timed for the observer (None: no observer, nothing timed)."""
         self._immediate = store if isinstance(store, ImmediateTaskStore) else None
+        if self._immediate is not None and self.observed is not None:
+            self._immediate = self.observed.immediate(self._immediate)  # timed only when observed
         self._on_stored = on_stored
         self._on_lost = on_lost
         self._shared = shared
@@ -270,6 +277,9 @@ class StoreWriter:
         """(True, value), or (False, None) if it raised or took over ``seconds``: in doubt.
         ``refusals``: exceptions that are an answer (raised to the caller), not a failure."""
         try:
+            if self.observed is not None:
+                deadline = trio.current_time() + max(seconds, 0.0)
+                return True, await self.observed.call(call, deadline, refusals)
             with trio.fail_after(max(seconds, 0.0)):
                 return True, await call()
         except refusals:
@@ -409,8 +419,8 @@ class StoreWriter:
         """Tell the other processes (a hint: a failure is logged)."""
         assert self._shared is not None
         try:
-            with trio.fail_after(self.timeout):
-                await self._shared.publish(event)
+            deadline = trio.current_time() + self.timeout
+            await call_store(self.observed, partial(self._shared.publish, event), deadline)
         except Exception as exc:
             log.warning("task %s: %s event not published: %r", event.task_id, event.kind, exc)
 
@@ -421,10 +431,11 @@ class StoreWriter:
         if shared is None:
             return
         try:
-            with trio.fail_after(self.timeout):
-                if release:
-                    await shared.release([task_id])
-                await shared.publish(TaskEvent("changed", task_id, self._origin))
+            deadline = trio.current_time() + self.timeout  # for both calls
+            if release:
+                await call_store(self.observed, partial(shared.release, [task_id]), deadline)
+            event = TaskEvent("changed", task_id, self._origin)
+            await call_store(self.observed, partial(shared.publish, event), deadline)
         except Exception as exc:
             log.warning("task %s: its change was stored but not announced: %r", task_id, exc)
 

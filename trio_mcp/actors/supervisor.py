@@ -52,11 +52,13 @@ from ..stores.base import (
     ImmediateTaskStore,
     InvalidCursor,
     SharedTaskStore,
+    TargetedEvents,
     TaskEvent,
     TaskStore,
     WorkQueue,
 )
 from ..stores.memory import MemoryTaskStore
+from ._observe import StoreObserver
 from ._writer import RetryPolicy, StoreWriter, Submission
 from .runtime import Actor, Reply
 from .task_actor import (
@@ -80,6 +82,7 @@ __all__ = [
     "NOT_FOUND",
     "CreateTask",
     "ListTasks",
+    "Reveal",
     "Route",
     "TaskLimits",
     "TaskSupervisor",
@@ -126,10 +129,24 @@ class CreateTask:
     client: str | None = None
     """Whom the owner counts under for the per-client limits (a peer address); None: the
     owner itself."""
+    hidden: bool = False
+    """A server-directed call's task, which no client knows of yet: it runs here, and is
+    stored only once :class:`Reveal` shows it (a call that ends within its auto-task window
+    never touches the store); otherwise it is removed."""
 
 
 create_task = slot_builder(CreateTask)
-"""``CreateTask(...)`` of all six fields, positionally (every task creation)."""
+"""``CreateTask(...)`` of all seven fields, positionally (every task creation)."""
+
+
+@attrs.frozen
+class Reveal:
+    """A hidden task is to be shown to its client: it is stored (with its latest record), then
+    ``reply`` gets that record; a task that is not hidden is answered as a Poll."""
+
+    owner: str
+    task_id: str
+    reply: Reply[TaskRecord]
 
 
 @attrs.frozen
@@ -222,6 +239,7 @@ class _Crashed:
 
 SupervisorMessage = (
     CreateTask
+    | Reveal
     | Route
     | ListTasks
     | Remove
@@ -265,6 +283,10 @@ SHUT_DOWN = ErrorValue(
 )
 CLAIM_BATCH = 64
 """Queued tasks claimed at once, at most."""
+CLAIM_EVERY_ROUNDS = 4
+"""With a work queue, a process with room looks for queued tasks when another process says it
+queued one, after a resubscription (events were missed), and every this many lease rounds
+(a publication that failed: 20 s by default)."""
 LEASE_SECONDS = 15.0
 """The default of :attr:`TaskLimits.lease_seconds`: a shared store's lease on a running task,
 renewed by its process every third of it. A task whose lease lapsed (its process is gone) is
@@ -300,6 +322,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         wall_clock: Callable[[], float] = time.time,
         tracer: Tracer = no_trace,
         retry: RetryPolicy | None = None,
+        store_observer: StoreObserver | None = None,
     ) -> None:
         super().__init__(mailbox_size=65_536)
         self.tracer = tracer
@@ -316,13 +339,24 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         # The store's abilities, read once (stores/base.py declares them).
         self._shared: SharedTaskStore | None = self.store if isinstance(self.store, SharedTaskStore) else None
         self._queue: WorkQueue | None = self.store if isinstance(self.store, WorkQueue) else None
+        self._targeted: TargetedEvents | None = self.store if isinstance(self.store, TargetedEvents) else None
+        self._watching: set[str] = set()
+        """Tasks running elsewhere whose ``changed`` events this process asked for (a
+        :class:`TargetedEvents` store): those with remote waiters or watchers here."""
+        self.events_seen = 0
+        """Events of other processes handled (diagnostics)."""
         self.works = True
         """With a work queue: whether this process claims queued tasks (a front started with
         ``--no-work`` does not: it queues every task it creates)."""
         self.work_reader: WorkReader | None = None
         """Reads queued tasks' work (set by the runtime that serves the tools)."""
         self._work_wake = trio.Event()
+        self._full = False
+        """The work loop waits for room (this process runs ``max_running_work`` tasks)."""
         self._draining = False
+        self._unborn: dict[str, tuple[TaskRecord, Submission | None]] = {}
+        """Hidden tasks (:attr:`CreateTask.hidden`) not stored yet: their latest record, and
+        the work to store with it."""
         self._durable: DurableTaskStore | None = (
             self.store if isinstance(self.store, DurableTaskStore) else None
         )
@@ -339,6 +373,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             origin=self.origin,
             lease_seconds=self.limits.lease_seconds,
             wall_clock=wall_clock,
+            observer=store_observer,  # told of every store call (telemetry); None: nothing timed
         )
         self._forget_lane = None if self._writer.immediate else self._writer.forget
         """Drops what the writer keeps of a task that ended (a store that waits keeps a lane)."""
@@ -409,9 +444,11 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             else:
                 await serve(self._route, message)
         elif isinstance(message, _Changed):
-            self._writer.update(message.record)
+            self._store_change(message.record)
         elif isinstance(message, CreateTask):
             self._create(message)
+        elif isinstance(message, Reveal):
+            self._reveal(message)
         elif isinstance(message, ListTasks):
             await serve(self._list, message)
         elif isinstance(message, _Expire):
@@ -446,7 +483,12 @@ class TaskSupervisor(Actor[SupervisorMessage]):
 
     async def _read(self, call: Callable[[], Awaitable[T]]) -> T:
         """A store read within the store's deadline (:class:`trio.TooSlowError` past it: an
-        ``Exception`` like the store's own failures, which callers answer alike)."""
+        ``Exception`` like the store's own failures, which callers answer alike); every other
+        call of the supervisor's to the store (a shared store's) is made through it too, so
+        that the store observer, if there is one, is told of each."""
+        observed = self._writer.observed
+        if observed is not None:
+            return await observed.call(call, trio.current_time() + self._writer.timeout)
         with trio.fail_after(self._writer.timeout):
             return await call()
 
@@ -497,11 +539,43 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                         message.reply.fail_value(STORE_FAILURE)
                     return
             actor = self._start_actor(message, record)
+            if message.hidden:  # stored only if it is shown (see _reveal)
+                self._unborn[record.task_id] = (record, submission)
+                message.reply.send(record)
+                return
             try:
                 self._writer.create(record, self._created, message, actor, work=submission)
             except Exception as exc:
                 log.error("task store failed to create a task: %r", exc, exc_info=exc)
                 self._created(message, actor, STORE_FAILURE)
+
+    def _reveal(self, message: Reveal) -> None:
+        """Store a hidden task (its latest record), then answer with that record."""
+        task_id = message.task_id
+        unborn = self._unborn.get(task_id)
+        if unborn is None or unborn[0].owner != message.owner:
+            self.deliver(Route(message.owner, task_id, Poll(message.reply)))  # it was never hidden
+            return
+        del self._unborn[task_id]
+        record, submission = unborn
+        try:
+            self._writer.create(record, self._revealed, message, record, work=submission)
+        except Exception as exc:
+            log.error("task store failed to create a task: %r", exc, exc_info=exc)
+            self._revealed(message, record, STORE_FAILURE)
+
+    def _revealed(self, message: Reveal, record: TaskRecord, error: ErrorValue | None) -> None:
+        """A hidden task is stored, and its client may be shown it; or it could not be, and it
+        goes (its work stops): the call is answered with the error."""
+        task_id = record.task_id
+        if error is not None:
+            self._forget_task(task_id, error)
+            message.reply.fail_value(error)
+            return
+        actor = self._actors.get(task_id)
+        if actor is None and self._forget_lane is not None:
+            self._forget_lane(task_id)  # it had ended: nothing more to write
+        message.reply.send(actor.shown if actor is not None else record)
 
     def _created_queued(self, message: CreateTask, record: TaskRecord, error: ErrorValue | None) -> None:
         """A queued task is stored (or refused): its creator hears of it, and its watcher of
@@ -511,6 +585,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             return
         if message.watcher is not None:
             self._watchers.setdefault(record.task_id, []).append(message.watcher)
+            self._interested(record.task_id)
         message.reply.send(record)
 
     def _created(self, message: CreateTask, actor: TaskActor, error: ErrorValue | None) -> None:
@@ -574,6 +649,10 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                     self._deliver(actor, inner)
                 else:
                     inner.reply.fail_value(NOT_FOUND)  # foreign tasks look exactly like missing ones
+                return
+            unborn = self._unborn.get(message.task_id)
+            if unborn is not None:  # a hidden task that ended: only its record is here
+                self._answer_record(message.task_id, unborn[0], message.owner, inner)
                 return
             if self._peek is not None:
                 record = self._peek(message.task_id)
@@ -665,6 +744,14 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         """A message for a task with no actor here: answered from the store."""
         inner = message.message
         assert not isinstance(inner, Start)
+        unborn = self._unborn.get(message.task_id)
+        if unborn is not None:  # hidden: not in the store, and only here
+            actor = self._actors.get(message.task_id)
+            if actor is not None and actor.record.owner == message.owner:
+                self._deliver(actor, inner)
+            else:
+                self._answer_record(message.task_id, unborn[0], message.owner, inner)
+            return
         try:
             record = await self._read(functools.partial(self.store.get, message.task_id))
         except Exception as exc:
@@ -694,6 +781,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                     inner.reply.fail_value(ErrorValue(INTERNAL_ERROR, "Server overloaded; retry later"))
                 else:
                     waiting.append(inner.reply)
+                    self._interested(record.task_id)
             else:
                 inner.reply.fail_value(ELSEWHERE)
         elif isinstance(inner, ProvideInput):
@@ -790,6 +878,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             if owner == message.owner and task_id not in accepted:
                 accepted.append(task_id)
                 self._watchers.setdefault(task_id, []).append(message.watcher)
+                if actor is None:
+                    self._interested(task_id)
         message.reply.send(tuple(accepted))
 
     def _unwatch(self, task_id: str, watcher: Callable[[TaskRecord], None]) -> None:
@@ -798,6 +888,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             watchers.remove(watcher)
             if not watchers:
                 del self._watchers[task_id]
+                self._uninterested(task_id)
 
     def _tell(self, actor: TaskActor, record: TaskRecord) -> None:
         """Tell the task's creator and its listeners of a stored record. It is stored: a
@@ -823,7 +914,18 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         """An actor is making a change: the writer stores it (clients see it once stored)."""
         if record.status in TERMINAL:
             self.table.ended(record.task_id)
-        self._writer.update(record)
+        self._store_change(record)
+
+    def _store_change(self, record: TaskRecord) -> None:
+        """The writer stores a change; a hidden task's is only kept (no client can see it, and
+        it is stored, latest first, if it is ever shown)."""
+        task_id = record.task_id
+        unborn = self._unborn.get(task_id)
+        if unborn is None:
+            self._writer.update(record)
+            return
+        self._unborn[task_id] = (record, unborn[1])
+        self._on_stored(record)
 
     def _on_stored(self, record: TaskRecord) -> None:
         """The writer stored ``record``: its watchers hear of it, its actor shows it; after the
@@ -839,7 +941,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             del self._actors[task_id]  # final and stored: the task is a record now
             if self._forget_lane is not None:
                 self._forget_lane(task_id)
-            if self._queue is not None:
+            if self._full:
+                self._full = False
                 self._work_wake.set()  # room for a queued task
 
     def _on_lost(self, task_id: str, current: TaskRecord | None) -> None:
@@ -863,8 +966,12 @@ class TaskSupervisor(Actor[SupervisorMessage]):
 
     def _remove(self, task_id: str, error: ErrorValue) -> None:
         """Remove a task: it leaves the tables now (its work is stopped, its waiters answered
-        with ``error``), and the writer deletes its record."""
+        with ``error``), and the writer deletes its record (a hidden task has none)."""
+        unborn = self._unborn.pop(task_id, None)
         actor = self._forget_task(task_id, error)
+        if unborn is not None:
+            self._removed(task_id, error, unborn[0], actor)
+            return
         self._writer.delete(task_id, functools.partial(self._removed, task_id, error, actor=actor))
 
     def _forget_task(self, task_id: str, error: ErrorValue) -> TaskActor | None:
@@ -886,6 +993,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         process's task are failed with ``error``, the tracer is told."""
         for reply in self._remote_waiters.pop(task_id, ()):
             reply.fail_value(error)
+        self._uninterested(task_id)
         if self.tracer is not no_trace and (removed is not None or actor is not None):
             self.tracer("task.expired" if error is EXPIRED else "task.removed", {"task_id": task_id})
             self.tracer("actor.stop", {"actor": "TaskActor", "name": task_id})
@@ -908,6 +1016,11 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             await deleted.wait()
 
     async def _remove_owned(self, owner: str, task_id: str) -> None:
+        unborn = self._unborn.get(task_id)
+        if unborn is not None:
+            if unborn[0].owner == owner:
+                self._remove(task_id, GONE)
+            return
         actor = self._actors.get(task_id)
         if actor is None:
             try:
@@ -970,35 +1083,76 @@ class TaskSupervisor(Actor[SupervisorMessage]):
     # -- stores shared by several processes ------------------------------------------------
     async def _publish(self, kind: str, task_id: str, responses: dict[str, Any] | None = None) -> None:
         assert self._shared is not None
-        await self._shared.publish(TaskEvent(kind, task_id, self.origin, responses))
+        await self._read(
+            functools.partial(self._shared.publish, TaskEvent(kind, task_id, self.origin, responses))
+        )
 
     async def _event_loop(
         self, shared: SharedTaskStore, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Hand every other process's event to this actor's mailbox, in order."""
-        async with shared.events() as events:
+        subscribed = self._targeted.events_for(self.origin) if self._targeted is not None else shared.events()
+        async with subscribed as events:
             task_status.started()
             async for event in events:
                 if event.origin != self.origin:
+                    self.events_seen += 1
                     self.mailbox.put(_Event(event), system=True)
+
+    def _interested(self, task_id: str) -> None:
+        """This process waits for news of a task running elsewhere: ask for its ``changed``
+        events (a targeted store), then read it again (it may have changed meanwhile)."""
+        if self._targeted is not None and task_id not in self._watching and self._nursery is not None:
+            self._watching.add(task_id)
+            self._nursery.start_soon(self._watch_remote, self._targeted, task_id)
+
+    def _uninterested(self, task_id: str) -> None:
+        """No waiter or watcher here needs news of this task any more."""
+        if (
+            task_id in self._watching
+            and task_id not in self._remote_waiters
+            and task_id not in self._watchers
+        ):
+            self._watching.discard(task_id)
+            if self._targeted is not None and self._nursery is not None:
+                self._nursery.start_soon(self._unwatch_remote, self._targeted, task_id)
+
+    async def _watch_remote(self, targeted: TargetedEvents, task_id: str) -> None:
+        try:
+            await self._read(functools.partial(targeted.watch, [task_id], self.origin))
+        except Exception as exc:  # the recheck loop re-reads remote waiters all the same
+            log.warning("task %s: could not ask for its events: %r", task_id, exc)
+        await self._news(task_id)
+
+    async def _unwatch_remote(self, targeted: TargetedEvents, task_id: str) -> None:
+        try:
+            await self._read(functools.partial(targeted.unwatch, [task_id], self.origin))
+        except Exception as exc:  # the watch expires by itself
+            log.debug("task %s: could not drop its watch: %r", task_id, exc)
 
     async def _lease_loop(self, shared: SharedTaskStore) -> None:
         """Renew the leases of the tasks running here (and of those whose end is not stored
         yet), stop those the store says ended elsewhere, and look for lapsed ones."""
+        rounds = 0
         while True:
-            running = [task_id for task_id, actor in self._actors.items() if not actor.shown.is_terminal]
+            rounds += 1
+            running = [
+                task_id
+                for task_id, actor in self._actors.items()
+                if not actor.shown.is_terminal and task_id not in self._unborn
+            ]
             try:
                 if running:
                     with trio.fail_after(self._writer.timeout):
-                        ended = await shared.hold(
-                            running, self.origin, self.wall_clock() + self.limits.lease_seconds
-                        )
+                        until = self.wall_clock() + self.limits.lease_seconds
+                        ended = await self._read(functools.partial(shared.hold, running, self.origin, until))
                     if ended:
                         self.mailbox.put(_Recheck(tuple(ended)), system=True)
             except Exception as exc:
                 log.error("task store failed to renew leases: %r", exc, exc_info=exc)
             self.mailbox.put(_Lapse(), system=True)
-            self._work_wake.set()  # look for queued work too (an event may have been missed)
+            if rounds % CLAIM_EVERY_ROUNDS == 0:
+                self._work_wake.set()  # look for queued work too (a "work" event may have been lost)
             await trio.sleep(self.limits.lease_seconds / 3)
 
     async def _recheck_loop(self) -> None:
@@ -1060,6 +1214,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                     reply.send(record.outcome)
                 else:
                     reply.fail_value(EXPIRED)
+            self._uninterested(task_id)
 
     async def _fail_lapsed(self) -> None:
         """Fail tasks whose process stopped renewing their lease: their work is gone. A task
@@ -1083,7 +1238,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             try:
                 if await self._read(functools.partial(self.store.update, failed)):
                     with trio.fail_after(self._writer.timeout):
-                        await self._shared.release([record.task_id])
+                        await self._read(functools.partial(self._shared.release, [record.task_id]))
                         await self._publish("changed", record.task_id)
                     await self._news(record.task_id)
             except Exception as exc:
@@ -1094,11 +1249,13 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         or the error it ends with."""
         try:
             with trio.fail_after(self._writer.timeout):
-                held = await queue.work_of(record.task_id)
+                held = await self._read(functools.partial(queue.work_of, record.task_id))
                 if held is None or self.work_reader is None:
                     return PROCESS_GONE  # a session's task (2025-11-25): it ran where its session was
                 max_runs = self.work_reader.max_runs(held[0])
-                again = await queue.requeue(record.task_id, self.wall_clock(), max_runs)
+                again = await self._read(
+                    functools.partial(queue.requeue, record.task_id, self.wall_clock(), max_runs)
+                )
                 if again == 1:
                     log.warning(
                         "task %s: its server process stopped; it is queued to run again", record.task_id
@@ -1125,14 +1282,15 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         backoff = self._writer.policy.backoff()
         while True:
             room = self.limits.max_running_work - len(self._actors)
+            self._full = room <= 0
             claimed: list[tuple[TaskRecord, bytes]] = []
             if self.works and not self._draining and room > 0 and self.work_reader is not None:
                 self._work_wake = trio.Event()
                 try:
                     with trio.fail_after(self._writer.timeout):
-                        claimed = await queue.claim(
-                            self.origin, min(room, CLAIM_BATCH), self.wall_clock() + self.limits.lease_seconds
-                        )
+                        until = self.wall_clock() + self.limits.lease_seconds
+                        claim = functools.partial(queue.claim, self.origin, min(room, CLAIM_BATCH), until)
+                        claimed = await self._read(claim)
                 except Exception as exc:
                     log.warning("task store failed to hand out queued tasks: %r", exc)
                     await backoff.wait()
@@ -1195,10 +1353,10 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             return False
         try:
             with trio.fail_after(self._writer.timeout):
-                held = await queue.work_of(task_id)
+                held = await self._read(functools.partial(queue.work_of, task_id))
                 if held is None or reader.max_runs(held[0]) == 1:
                     return False
-                if await queue.hand_back(task_id, self.origin):
+                if await self._read(functools.partial(queue.hand_back, task_id, self.origin)):
                     await self._publish("work", task_id)
                     return True
         except Exception as exc:

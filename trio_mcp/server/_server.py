@@ -800,7 +800,9 @@ class Server:
         async with self._asyncio_loop_open(), self._entered_lifespan() as shared:
             owned = store is None  # a store we make, we close
             store = store if store is not None else self.store_factory()
-            supervisor = TaskSupervisor(self.limits, store=store, wall_clock=wall_clock, tracer=tracer)
+            supervisor = TaskSupervisor(
+                self.limits, store=store, wall_clock=wall_clock, tracer=tracer, store_observer=self.telemetry
+            )
             supervisor.works = self.works
             runtime = ServerRuntime(self, supervisor, lifespan=shared)
             if self.lifespan is not None:

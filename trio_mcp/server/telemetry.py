@@ -12,19 +12,27 @@ What is recorded follows the OpenTelemetry semantic conventions for MCP (``gen-a
 * a ``SERVER`` span per request, named ``{mcp.method.name} {target}`` (the tool or prompt name
   where there is one), with ``mcp.method.name``, ``jsonrpc.request.id``, ``gen_ai.tool.name``
   and ``gen_ai.operation.name`` (``execute_tool``) for a tool call, ``gen_ai.prompt.name``,
-  ``mcp.resource.uri``, ``mcp.protocol.version`` where the request says it, and, for an error
-  answer, ``error.type`` and ``rpc.response.status_code`` (the JSON-RPC code) with an error
-  status. A request that carries W3C trace context in ``params._meta`` (``traceparent``,
-  ``tracestate``) gets its span as a child of the client's; the tool's own code runs in the
-  request's span, so spans it starts are its children.
+  ``mcp.resource.uri``, ``mcp.protocol.version`` where the request says it, ``mcp.session.id``
+  for a request of a 2025-11-25 session that has an id (Streamable HTTP's ``Mcp-Session-Id``;
+  stdio and WebSocket connections have none), and, for an error answer, ``error.type`` and
+  ``rpc.response.status_code`` (the JSON-RPC code) with an error status. A request that
+  carries W3C trace context in ``params._meta`` (``traceparent``, ``tracestate``) gets its
+  span as a child of the client's; the tool's own code runs in the request's span, so spans it
+  starts are its children.
 * a span per task (``mcp.task {tool}``, ``INTERNAL``), from creation to its terminal status
   (``mcp.task.status``), linked to the span of the request that created it; a task's tool runs
   in it.
 * metrics: ``mcp.server.operation.duration`` (histogram, seconds, by method, tool and
   ``error.type``), ``trio_mcp.server.requests`` (counter, by method and ``trio_mcp.outcome``:
   ``ok``, ``error`` or ``dropped``), ``trio_mcp.tasks.live`` (up-down counter),
-  ``trio_mcp.tasks.created``, ``trio_mcp.tasks.finished`` (by ``mcp.task.status``) and
-  ``trio_mcp.task.duration`` (histogram, seconds).
+  ``trio_mcp.tasks.created``, ``trio_mcp.tasks.finished`` (by ``mcp.task.status``),
+  ``trio_mcp.task.duration`` (histogram, seconds), and for every task-store call (the store
+  writer's, the supervisor's reads, a shared store's leases, events and queue):
+  ``trio_mcp.store.operation.duration`` (histogram, seconds) and ``trio_mcp.store.errors``
+  (counter), by ``trio_mcp.store.operation`` (``create``, ``get``, ``update``, ``delete``,
+  ``page``, ``due``, ``hold``, ``release``, ``publish``, ``lapsed``, ``claim``, ``requeue``, …),
+  ``trio_mcp.store.kind`` (``memory``, ``sqlite``, ``redis``: the store's class name) and, for
+  a failed call, ``error.type`` (``timeout``, or the exception's class).
 
 Durations are measured on Trio's clock (a test's ``MockClock`` drives them).
 
@@ -45,6 +53,7 @@ from opentelemetry import metrics, propagate, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from ..actors._request import InboundRequest, current_request
+from ..actors._session import current_session_id
 from ..protocol.modern import PROTOCOL_VERSION_KEY
 
 __all__ = ["Telemetry"]
@@ -79,8 +88,9 @@ class _LiveTask:
 
 class Telemetry:
     """The server's :class:`~trio_mcp.actors._request.RequestObserver` recording OpenTelemetry
-    spans and metrics (see the module's docstring); also a runtime tracer (task events) and
-    the wrapper of every tool's run. Made by :meth:`Server.instrument`."""
+    spans and metrics (see the module's docstring); also a runtime tracer (task events), the
+    task store's :class:`~trio_mcp.actors._observe.StoreObserver` and the wrapper of every
+    tool's run. Made by :meth:`Server.instrument`."""
 
     def __init__(
         self,
@@ -109,8 +119,20 @@ class Telemetry:
         self.task_duration = meter.create_histogram(
             "trio_mcp.task.duration", unit="s", description="A task's life, from creation to its end."
         )
+        self.store_duration = meter.create_histogram(
+            "trio_mcp.store.operation.duration",
+            unit="s",
+            description="Task store calls: how long each took, by operation and store kind.",
+            explicit_bucket_boundaries_advisory=_STORE_BUCKETS,
+        )
+        self.store_errors = meter.create_counter(
+            "trio_mcp.store.errors",
+            unit="{error}",
+            description="Task store calls that failed, by error type.",
+        )
         self._requests: dict[InboundRequest, _Live] = {}
         self._tasks: dict[str, _LiveTask] = {}
+        self._store_attributes: dict[tuple[str, str, str | None], dict[str, str]] = {}
 
     # -- RequestObserver ------------------------------------------------------------------
     def admitted(self, request: InboundRequest) -> None:
@@ -129,6 +151,10 @@ class Telemetry:
         meta = params.get("_meta")
         meta = meta if isinstance(meta, dict) else {}
         version = meta.get(PROTOCOL_VERSION_KEY)
+        if version is None:  # 2025-11-25 and before: the connection's session, where it has an id
+            session_id = current_session_id.get()
+            if session_id is not None:
+                attributes["mcp.session.id"] = session_id
         if method == "initialize":
             version = params.get("protocolVersion")
         if isinstance(version, str):
@@ -237,6 +263,22 @@ class Telemetry:
         self.tasks_finished.add(1, {"mcp.task.status": status})
         self.task_duration.record(trio.current_time() - live.started, {"mcp.task.status": status})
 
+    # -- StoreObserver: every task-store call ------------------------------------------------
+    def store_call(self, kind: str, operation: str, seconds: float, error: Exception | None) -> None:
+        """A task-store call ended (see :mod:`trio_mcp.actors._observe`): its latency, and its
+        error if it failed."""
+        error_type = None if error is None else _error_type(error)
+        key = (kind, operation, error_type)
+        attributes = self._store_attributes.get(key)
+        if attributes is None:
+            attributes = {"trio_mcp.store.kind": kind, "trio_mcp.store.operation": operation}
+            if error_type is not None:
+                attributes["error.type"] = error_type
+            self._store_attributes[key] = attributes
+        self.store_duration.record(seconds, attributes)
+        if error_type is not None:
+            self.store_errors.add(1, attributes)
+
     # -- a tool's run ---------------------------------------------------------------------
     def wrap_tool(self, tool: object, running: Awaitable[Any], task_id: str | None) -> Awaitable[Any]:
         """``running`` (the tool's coroutine) run inside its task's span, or its request's."""
@@ -262,5 +304,35 @@ async def _in_span(span: trace.Span, running: Awaitable[Any]) -> Any:
     finally:
         otel_context.detach(token)
 
+
+def _error_type(error: Exception) -> str:
+    """``error.type`` of a failed store call: ``timeout`` for a deadline that passed, else the
+    exception's class, fully qualified (``sqlite3.OperationalError``; a builtin's bare name)."""
+    if isinstance(error, trio.TooSlowError):
+        return "timeout"
+    cls = type(error)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+_STORE_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+)
+"""Seconds: a memory store's calls take microseconds, a database's milliseconds, a stalled
+one up to the store's deadline."""
 
 _METRIC_KEYS = ("mcp.method.name", "gen_ai.tool.name", "gen_ai.prompt.name", "mcp.protocol.version")
