@@ -354,6 +354,9 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self._full = False
         """The work loop waits for room (this process runs ``max_running_work`` tasks)."""
         self._draining = False
+        self._revealing: dict[str, str] = {}
+        """Hidden tasks being stored to be shown, and their owners: a removal meanwhile (the
+        call's client went away) deletes what the creation stores."""
         self._unborn: dict[str, tuple[TaskRecord, Submission | None]] = {}
         """Hidden tasks (:attr:`CreateTask.hidden`) not stored yet: their latest record, and
         the work to store with it."""
@@ -558,6 +561,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             return
         del self._unborn[task_id]
         record, submission = unborn
+        self._revealing[task_id] = record.owner
         try:
             self._writer.create(record, self._revealed, message, record, work=submission)
         except Exception as exc:
@@ -568,6 +572,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         """A hidden task is stored, and its client may be shown it; or it could not be, and it
         goes (its work stops): the call is answered with the error."""
         task_id = record.task_id
+        self._revealing.pop(task_id, None)
         if error is not None:
             self._forget_task(task_id, error)
             message.reply.fail_value(error)
@@ -591,10 +596,18 @@ class TaskSupervisor(Actor[SupervisorMessage]):
     def _created(self, message: CreateTask, actor: TaskActor, error: ErrorValue | None) -> None:
         """The store has the new task (``error`` None): its creator gets its record; or it was
         refused, and the task is forgotten (the writer makes sure no record of it stays)."""
+        task_id = actor.task_id
         if error is None:
+            if self._actors.get(task_id) is not actor and task_id in self.table:
+                # Its owner went away while it was being stored (owner_gone dropped the actor,
+                # and the owner's records were listed before this one was there): what was
+                # stored goes too, and nobody is shown it.
+                self.table.remove(task_id)
+                self._writer.delete(task_id)
+                message.reply.fail_value(GONE)
+                return
             message.reply.send(actor.shown)
             return
-        task_id = actor.task_id
         if self._actors.get(task_id) is actor:
             self._forget_task(task_id, error)
         message.reply.fail_value(error)
@@ -1017,8 +1030,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
 
     async def _remove_owned(self, owner: str, task_id: str) -> None:
         unborn = self._unborn.get(task_id)
-        if unborn is not None:
-            if unborn[0].owner == owner:
+        if unborn is not None or task_id in self._revealing:  # not in the store (yet)
+            if (unborn[0].owner if unborn is not None else self._revealing[task_id]) == owner:
                 self._remove(task_id, GONE)
             return
         actor = self._actors.get(task_id)
