@@ -283,10 +283,10 @@ SHUT_DOWN = ErrorValue(
 )
 CLAIM_BATCH = 64
 """Queued tasks claimed at once, at most."""
-CLAIM_EVERY_ROUNDS = 4
+CLAIM_EVERY_ROUNDS = 12
 """With a work queue, a process with room looks for queued tasks when another process says it
 queued one, after a resubscription (events were missed), and every this many lease rounds
-(a publication that failed: 20 s by default)."""
+(a publication that failed: a minute by default)."""
 LEASE_SECONDS = 15.0
 """The default of :attr:`TaskLimits.lease_seconds`: a shared store's lease on a running task,
 renewed by its process every third of it. A task whose lease lapsed (its process is gone) is
@@ -381,6 +381,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self._forget_lane = None if self._writer.immediate else self._writer.forget
         """Drops what the writer keeps of a task that ended (a store that waits keeps a lane)."""
         self._remote_waiters: dict[str, list[Reply[TaskOutcome]]] = {}
+        self._waiting_remotely = trio.Event()
+        """Set when a ``tasks/result`` here starts waiting on a task running elsewhere."""
         self._timer = trio.CancelScope()
         self._timer_deadline = math.inf  # the timer's deadline (a property of Trio's, read per creation)
         self._nursery: trio.Nursery | None = None
@@ -794,6 +796,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                     inner.reply.fail_value(ErrorValue(INTERNAL_ERROR, "Server overloaded; retry later"))
                 else:
                     waiting.append(inner.reply)
+                    self._waiting_remotely.set()
                     self._interested(record.task_id)
             else:
                 inner.reply.fail_value(ELSEWHERE)
@@ -1172,6 +1175,9 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         """Every :data:`REMOTE_RECHECK_SECONDS`, read again the tasks running elsewhere that
         ``tasks/result`` requests here wait for (an event may have been missed)."""
         while True:
+            if not self._remote_waiters:  # nothing to re-read: sleep until something waits
+                self._waiting_remotely = trio.Event()
+                await self._waiting_remotely.wait()
             await trio.sleep(REMOTE_RECHECK_SECONDS)
             if self._remote_waiters:
                 self.mailbox.put(_Recheck(tuple(self._remote_waiters)), system=True)
