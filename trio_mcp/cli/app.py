@@ -303,6 +303,13 @@ def cli() -> None:
 
 # ------------------------------------------------------------------------------------ serve
 
+_LOG_LEVEL = click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="warning",
+    show_default=True,
+    help="Logging threshold; logs go to stderr.",
+)
 _DRAIN = click.option(
     "--drain",
     type=click.FloatRange(min=0),
@@ -388,13 +395,7 @@ _DRAIN = click.option(
     "process behind one load balancer the same one (at least 16 bytes; e.g. `openssl rand -hex 32`). "
     "Default: a random key per process [env: TRIO_MCP_STATE_KEY].",
 )
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="warning",
-    show_default=True,
-    help="Logging threshold; logs go to stderr.",
-)
+@_LOG_LEVEL
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -488,13 +489,7 @@ def serve(
     "[env: TRIO_MCP_STORE]. Default: the server's own store, which must be such a store.",
 )
 @_DRAIN
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="warning",
-    show_default=True,
-    help="Logging threshold; logs go to stderr.",
-)
+@_LOG_LEVEL
 def worker(spec: str, store: str | None, drain: float, log_level: str) -> None:
     """Run the tasks that server processes queue in a shared store, with no listener.
 
