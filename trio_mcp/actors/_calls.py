@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
@@ -29,7 +29,16 @@ if TYPE_CHECKING:
     from ._requestor import TaskRequestor
     from .supervisor import TaskSupervisor
 
-__all__ = ["HookedToolRun", "InputNeeded", "Peer", "Scope", "ToolCall", "ToolEntry", "ToolRun"]
+__all__ = [
+    "HookedToolRun",
+    "InputNeeded",
+    "Peer",
+    "Scope",
+    "ToolCall",
+    "ToolEntry",
+    "ToolRun",
+    "task_support_of",
+]
 
 
 class ToolEntry(Protocol):
@@ -69,6 +78,17 @@ class ToolEntry(Protocol):
     def finish(self, value: Any) -> CallToolResult: ...
 
     def failed(self, exc: Exception) -> CallToolResult: ...
+
+
+def task_support_of(tools: Mapping[str, ToolEntry]) -> Callable[[str], TaskSupport | None]:
+    """How a dialect asks a tool's task support (None: no such tool), read from ``tools`` as
+    it is at each call (tools added later are found)."""
+
+    def task_support(name: str) -> TaskSupport | None:
+        entry = tools.get(name)
+        return entry.task_support if entry is not None else None
+
+    return task_support
 
 
 class Scope(Renderer, Protocol):

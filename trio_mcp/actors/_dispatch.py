@@ -63,7 +63,7 @@ from ..protocol.converter import unstructure
 from ..protocol.cursors import decode_cursor, encode_cursor
 from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, ErrorValue, McpError
 from ..protocol.handshake import HandshakeDialect
-from ..protocol.messages import Implementation, TaskSupport
+from ..protocol.messages import Implementation
 from ..protocol.modern import ModernDialect, ModernScope
 from ..protocol.records import TaskOutcome, TaskRecord
 from ..protocol.request_state import StateCodec, binding_of
@@ -91,7 +91,6 @@ __all__ = [
     "result_of",
     "served",
     "served_creation",
-    "task_support_of",
     "unoffered",
     "with_hooks",
 ]
@@ -112,17 +111,6 @@ _CAPABILITY_OF_METHOD: dict[str, str] = {
 
 GATED_METHODS = frozenset(_CAPABILITY_OF_METHOD)
 """The methods of kinds a server may not offer (see :func:`unoffered`)."""
-
-
-def task_support_of(service: Service) -> Callable[[str], TaskSupport | None]:
-    """How a dialect asks a tool's task support (None: no such tool)."""
-    tools = service.tools
-
-    def task_support(name: str) -> TaskSupport | None:
-        entry = tools.get(name)
-        return entry.task_support if entry is not None else None
-
-    return task_support
 
 
 def unoffered(service: Service, method: str) -> ErrorValue | None:

@@ -33,6 +33,7 @@ from ..protocol.errors import INTERNAL_ERROR, INVALID_REQUEST, ErrorValue, McpEr
 from ..protocol.handshake import HandshakeDialect
 from ..protocol.modern import ModernDialect, ModernScope, is_modern
 from ..transports.security import Caller, current_caller
+from ._calls import task_support_of
 from ._dispatch import (
     HANDLERS,
     Handler,
@@ -43,7 +44,6 @@ from ._dispatch import (
     refused,
     request_info,
     served,
-    task_support_of,
     unoffered,
     with_hooks,
 )
@@ -129,7 +129,7 @@ class Stateless:
         self.dialect = HandshakeDialect()
         """Never speaks (no handshake here): the task receiver's default renderer."""
         self.modern = ModernDialect(service.info, service.instructions)
-        self._tool_support = task_support_of(service)
+        self._tool_support = task_support_of(service.tools)
         self._serving: set[_Exchange] = set()
         self._closing = False
 

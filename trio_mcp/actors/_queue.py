@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..protocol import jsonrpc
 from ..protocol.commands import CallTool
 from ..protocol.errors import INTERNAL_ERROR, INVALID_REQUEST, ErrorValue, McpError
-from ..protocol.messages import Implementation, TaskSupport
+from ..protocol.messages import Implementation
 from ..protocol.modern import ModernDialect
 from ..protocol.records import TaskRecord
 from ..transports.security import Caller
-from ._calls import HookedToolRun, ToolEntry, ToolRun
+from ._calls import HookedToolRun, ToolEntry, ToolRun, task_support_of
 from ._middleware import Middlewares, RequestInfo
 
 if TYPE_CHECKING:
@@ -92,10 +92,7 @@ class WorkSource:
         self.service = service
         self.modern = ModernDialect(service.info, service.instructions)
         self._peer = Detached(supervisor)
-
-    def _tool_support(self, name: str) -> TaskSupport | None:
-        entry = self.service.tools.get(name)
-        return entry.task_support if entry is not None else None
+        self._tool_support = task_support_of(service.tools)
 
     def _command(self, work: bytes) -> tuple[CallTool, Any, Caller, dict[str, Any]] | ErrorValue:
         try:

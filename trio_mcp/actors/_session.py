@@ -30,7 +30,7 @@ from ..protocol.handshake import HandshakeDialect
 from ..protocol.modern import ModernDialect, ModernScope, is_modern
 from ..protocol.records import TaskRecord
 from ..transports.base import Transport
-from ._calls import InputNeeded, Scope, ToolCall, ToolEntry, ToolRun
+from ._calls import InputNeeded, Scope, ToolCall, ToolEntry, ToolRun, task_support_of
 from ._dispatch import (
     GATED_METHODS,
     HANDLERS,
@@ -42,7 +42,6 @@ from ._dispatch import (
     request_info,
     served,
     served_creation,
-    task_support_of,
     unoffered,
     with_hooks,
 )
@@ -148,7 +147,7 @@ class SessionActor(Endpoint):
         """``resources/subscribe`` (handshake era)."""
         self.listeners: dict[jsonrpc.RequestId, Listener] = {}
         """Open ``subscriptions/listen`` streams."""
-        self._tool_support = task_support_of(service)
+        self._tool_support = task_support_of(service.tools)
         self.receiver = TaskReceiver(self, supervisor, self.owner, self.dialect, client)
         self.client_tasks = TaskRequestor(self)
         """Follow the tasks this session's client runs for the server (see Context.elicit_task)."""
