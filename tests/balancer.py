@@ -1,4 +1,5 @@
-"""A TCP round-robin balancer for the tests that run several server processes.
+"""A TCP round-robin balancer for the tests that run several server processes: the one of the
+deploy recipe (``examples/deploy/local_cluster.py``), loaded by path.
 
 :func:`round_robin` serves on a free port of 127.0.0.1 (given to ``task_status``) and sends
 each new connection to the next of ``ports`` — a list the test may change while it runs (a
@@ -7,39 +8,19 @@ rolling deploy) — skipping ports that refuse the connection; bytes are piped b
 
 from __future__ import annotations
 
-import itertools
+import importlib.util
+from pathlib import Path
 
 import trio
 
 __all__ = ["round_robin"]
 
+_RECIPE = Path(__file__).resolve().parents[1] / "examples" / "deploy" / "local_cluster.py"
+_spec = importlib.util.spec_from_file_location("deploy_local_cluster", _RECIPE)
+assert _spec is not None and _spec.loader is not None
+_recipe = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_recipe)
+
 
 async def round_robin(ports: list[int], task_status: trio.TaskStatus[int]) -> None:
-    turn = itertools.count()
-
-    async def pipe(source: trio.SocketStream, sink: trio.SocketStream) -> None:
-        try:
-            while data := await source.receive_some(65536):
-                await sink.send_all(data)
-            await sink.send_eof()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-
-    async def relay(client: trio.SocketStream) -> None:
-        async with client:
-            for _ in range(len(ports) + 1):
-                current = list(ports)
-                try:
-                    backend = await trio.open_tcp_stream("127.0.0.1", current[next(turn) % len(current)])
-                    break
-                except OSError:
-                    continue
-            else:
-                return
-            async with backend, trio.open_nursery() as nursery:
-                nursery.start_soon(pipe, client, backend)
-                nursery.start_soon(pipe, backend, client)
-
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    task_status.started(listeners[0].socket.getsockname()[1])
-    await trio.serve_listeners(relay, listeners)
+    await _recipe.balance(ports, 0, task_status)

@@ -82,8 +82,10 @@ async def echo_stderr(process: trio.Process, name: str) -> None:
 
 
 async def balance(ports: list[int], port: int, task_status: trio.TaskStatus[int]) -> None:
-    """Round robin over the fronts; a front that refuses the connection is skipped."""
-    turn = itertools.cycle(ports)
+    """Round robin over the fronts (``ports``, which may change while it runs: a rolling
+    deploy); a front that refuses the connection is skipped. Serves on ``port`` (0: a free
+    one, given to ``task_status``). The tests' balancer is this one (``tests/balancer.py``)."""
+    turn = itertools.count()
 
     async def pipe(source: trio.SocketStream, sink: trio.SocketStream) -> None:
         try:
@@ -95,9 +97,10 @@ async def balance(ports: list[int], port: int, task_status: trio.TaskStatus[int]
 
     async def relay(client: trio.SocketStream) -> None:
         async with client:
-            for _ in ports:
+            for _ in range(len(ports) + 1):
+                current = list(ports)
                 try:
-                    backend = await trio.open_tcp_stream("127.0.0.1", next(turn))
+                    backend = await trio.open_tcp_stream("127.0.0.1", current[next(turn) % len(current)])
                     break
                 except OSError:
                     continue
