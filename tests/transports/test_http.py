@@ -91,6 +91,18 @@ def make_server(probe: Probe) -> Server:
         return f"job {tag}"
 
     @server.tool()
+    async def slow(text: str) -> str:
+        """Return the text after a while (longer than the server waits to answer JSON)."""
+        await trio.sleep(0.3)
+        return text
+
+    @server.tool()
+    async def noted(text: str, ctx: Context) -> str:
+        """Report progress, then return at once."""
+        await ctx.report_progress(1, 1, "done")
+        return text
+
+    @server.tool()
     async def ask(ctx: Context) -> str:
         """Ask the client for a name."""
         answer = await ctx.elicit(
@@ -165,7 +177,12 @@ async def events(response: httpx.Response) -> AsyncIterator[SSEEvent]:
 
 
 async def until_response(response: httpx.Response, request_id: int) -> tuple[list[SSEEvent], dict[str, Any]]:
-    """Read SSE events until the response to ``request_id``: (all events, the response)."""
+    """Read SSE events until the response to ``request_id``: (all events, the response); an
+    answer that is plain JSON (the response came first) is (no events, the response)."""
+    if response.headers["content-type"].startswith("application/json"):
+        message = json.loads(await response.aread())
+        assert message.get("id") == request_id, message
+        return [], message
     seen: list[SSEEvent] = []
     async for event in events(response):
         seen.append(event)
@@ -298,9 +315,11 @@ async def test_handshake_session_rules(url: str, http: httpx.AsyncClient) -> Non
 async def test_handshake_tools_call_is_sse_with_ids_priming_and_retry(
     url: str, http: httpx.AsyncClient
 ) -> None:
+    """A call whose response is not there at once gets a resumable SSE stream: the priming
+    event (an id, empty data, ``retry``) first, every event with an id of one stream."""
     with trio.fail_after(10):
         session = await initialize(http, url)
-        params = {"name": "echo", "arguments": {"text": "hi"}}
+        params = {"name": "slow", "arguments": {"text": "hi"}}
         async with http.stream(
             "POST", url, content=rpc(2, "tools/call", params), headers=session_headers(session)
         ) as r:
@@ -315,30 +334,57 @@ async def test_handshake_tools_call_is_sse_with_ids_priming_and_retry(
         assert response["result"]["content"][0]["text"] == "hi"
 
 
-async def test_handshake_task_augmented_call_body_is_priming_then_response(
+async def test_handshake_call_answered_at_once_is_plain_json(url: str, http: httpx.AsyncClient) -> None:
+    """A ``tools/call`` (plain or task-augmented) or ``tasks/result`` whose response is the
+    first thing it produces is answered as one JSON object: nothing to resume, no stream kept
+    for replay."""
+    with trio.fail_after(10):
+        session = await initialize(http, url)
+        plain = {"name": "echo", "arguments": {"text": "hi"}}
+        r = await http.post(url, content=rpc(2, "tools/call", plain), headers=session_headers(session))
+        assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+        assert r.json() == {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "result": {"content": [{"type": "text", "text": "hi"}]},
+        }
+        task = {**plain, "task": {"ttl": 60_000}}
+        r = await http.post(url, content=rpc(3, "tools/call", task), headers=session_headers(session))
+        assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+        task_id = r.json()["result"]["task"]["taskId"]
+        r = await http.post(
+            url, content=rpc(4, "tasks/result", {"taskId": task_id}), headers=session_headers(session)
+        )
+        assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+        assert r.json()["result"]["content"][0]["text"] == "hi"
+
+
+async def test_handshake_call_with_progress_body_is_priming_progress_then_response(
     url: str, http: httpx.AsyncClient
 ) -> None:
-    """The server writes what is ready in one body part (priming and the response, when the
-    response is already there); the client still sees the priming event first, with its id and
-    ``retry``, then the response event on the same stream, and the body ends after it."""
+    """What comes before the response makes the answer an SSE stream; the server writes what
+    is ready in one body part, and the client still sees the priming event first (its id and
+    ``retry``), then the progress and the response on the same stream, and the body ends."""
     with trio.fail_after(10):
         session = await initialize(http, url)
         for request_id in (2, 3):  # a second POST stream: its own key, the same shape
-            params = {"name": "echo", "arguments": {"text": "hi"}, "task": {"ttl": 60_000}}
+            params = {"name": "noted", "arguments": {"text": "hi"}, "_meta": {"progressToken": request_id}}
             r = await http.post(
                 url, content=rpc(request_id, "tools/call", params), headers=session_headers(session)
             )
             assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
             assert r.content.startswith(f"retry: {RETRY_MS}\nid: p".encode()) and r.content.endswith(b"\n\n")
             seen = SSEDecoder().feed(r.content)
-            assert len(seen) == 2, seen
-            priming, answer = seen
+            assert len(seen) == 3, seen
+            priming, progress, answer = seen
             assert priming.data == "" and priming.retry == RETRY_MS
-            first, last = parse_event_id(priming.id or ""), parse_event_id(answer.id or "")
-            assert first is not None and last is not None
-            assert first[0] == last[0] and last[1] > first[1]  # one stream, ids in order
+            ids = [parse_event_id(e.id or "") for e in seen]
+            assert all(i is not None for i in ids)
+            assert len({i[0] for i in ids if i}) == 1  # one stream
+            assert [i[1] for i in ids if i] == sorted(i[1] for i in ids if i)  # ids in order
+            assert json.loads(progress.data)["method"] == "notifications/progress"
             response = json.loads(answer.data)
-            assert response["id"] == request_id and response["result"]["task"]["taskId"]
+            assert response["id"] == request_id and response["result"]["content"][0]["text"] == "hi"
 
 
 async def test_handshake_progress_goes_on_the_post_stream(
@@ -1093,6 +1139,7 @@ class CutFirstStream:
     def __init__(self, app: Any) -> None:
         self.app = app
         self.cut = False
+        self.was_cut = trio.Event()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or self.cut:
@@ -1108,6 +1155,7 @@ class CutFirstStream:
             elif state["sse"] and not self.cut:
                 self.cut = state["done"] = True
                 await send({**message, "more_body": False})
+                self.was_cut.set()
                 return
             await send(message)
 
@@ -1135,6 +1183,8 @@ async def test_connect_http_resumes_a_dropped_post_stream(probe: Probe) -> None:
 
                     calls.start_soon(call)
                     await probe.started["r"].wait()
+                    # (a response that came at once would be plain JSON: nothing to cut)
+                    await middleware.was_cut.wait()
                     probe.release["r"].set()
                 assert middleware.cut and result == ["r"]
             nursery.cancel_scope.cancel()

@@ -37,8 +37,10 @@ def make_server(limits: TaskLimits | None = None) -> Server:
     server.gates = gates  # type: ignore[attr-defined]
 
     @server.tool()
-    async def big(size: int) -> str:
-        """A result of ``size`` bytes."""
+    async def big(size: int, ctx: Context) -> str:
+        """A result of ``size`` bytes, after a progress notification (when asked for one: the
+        answer is then an SSE stream, its events kept for replay)."""
+        await ctx.report_progress(1, 1)
         return "x" * size
 
     started: dict[str, trio.Event] = {}
@@ -107,14 +109,17 @@ def modern(
 
 
 async def call_stream(http: httpx.AsyncClient, url: str, session: str, id: int, tool: str, args: Any) -> str:
-    """A handshake-era tools/call read to its end: the response's data."""
+    """A handshake-era tools/call asking for progress, read to its end: the response's data
+    (the answer is an SSE stream when the tool reports progress first)."""
     headers = {**POST, "mcp-session-id": session}
-    body = rpc(id, "tools/call", {"name": tool, "arguments": args})
+    body = rpc(id, "tools/call", {"name": tool, "arguments": args, "_meta": {"progressToken": id}})
     async with http.stream("POST", url, content=body, headers=headers) as response:
+        if response.headers["content-type"] == "application/json":
+            return (await response.aread()).decode()
         decoder = SSEDecoder()
         async for chunk in response.aiter_bytes():
             for event in decoder.feed(chunk):
-                if event.data:
+                if event.data and "result" in json.loads(event.data):
                     return event.data
     raise AssertionError("no response")
 

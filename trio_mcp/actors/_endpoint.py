@@ -17,6 +17,10 @@ outbound queue. Guarantees:
 - ``on_written`` callbacks run once their message is handed to the transport, before the write
   that carries it returns (a session's count of outstanding requests includes answers until
   then; a task whose CreateTaskResult was handed over counts as known to the client).
+- **A direct transport** (:class:`~trio_mcp.transports.base.DirectTransport`, an HTTP
+  session) has neither loop: its caller hands each message to :meth:`Endpoint.deliver` in its
+  own Trio task, and each outgoing message goes to the transport's ``send_nowait`` as it is
+  queued. The rules above are the same; only the tasks that carry them differ.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import trio
 
 from ..protocol import jsonrpc
 from ..protocol.errors import INTERNAL_ERROR, METHOD_NOT_FOUND, ErrorValue, McpError
-from ..transports.base import Transport
+from ..transports.base import DirectTransport, Transport
 from .runtime import MailboxFull, Reply
 from .trace import Tracer, no_trace
 
@@ -103,6 +107,12 @@ class Endpoint:
         self.overflowed = False
         """Whether the connection was closed because the peer did not read."""
         self.nursery: trio.Nursery | None = None
+        self._direct: DirectTransport | None = None
+        self.reading = True
+        """False once :meth:`stop_reading` was called: nothing more is served."""
+        if isinstance(transport, DirectTransport):
+            self._direct = transport
+            transport.attach(self)
 
     @property
     def outbound_bytes(self) -> int:
@@ -116,6 +126,19 @@ class Endpoint:
         connection is closed."""
         if self.closed or self.overflowed:  # overflowed: closing; nothing more is kept for it
             return False
+        direct = self._direct
+        if direct is not None:  # handed over at once: the transport buffers, never waits
+            if self._tracer is not None:
+                self._tracer("message.out", {"connection": self.name, "data": data})
+            if on_written is not None:
+                on_written()
+            try:
+                direct.send_nowait(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self.closed = True
+                self.abort()
+                return False
+            return True
         self._outbound.append((data, on_written))
         self._outbound_bytes += len(data)
         if self._outbound_bytes > self.max_outbound_bytes:
@@ -142,6 +165,7 @@ class Endpoint:
 
     def stop_reading(self) -> None:
         """Read nothing more; what is queued is still written (as after the peer's end of input)."""
+        self.reading = False
         if self._read_scope is not None:
             self._read_scope.cancel()
 
@@ -270,17 +294,25 @@ class Endpoint:
                 message = await self._receive()
             except (trio.EndOfChannel, trio.BrokenResourceError, trio.ClosedResourceError):
                 return
-            if self._tracer is not None:
-                self._tracer("message.in", {"connection": self.name, "data": _traced(message)})
-            if isinstance(message, jsonrpc.Request):
-                await self.on_request(message)
-            elif isinstance(message, jsonrpc.Notification):
-                await self.on_notification(message)
-            elif isinstance(message, jsonrpc.Unreadable):
-                error = message.response
-                await self.send(jsonrpc.encode_error(error.id, error.error.code, error.error.message))
-            else:
-                self._on_response(message)
+            await self.deliver(message)
+
+    async def deliver(self, message: jsonrpc.Received) -> None:
+        """Serve one received message, in the calling Trio task: the reader calls it for each
+        message it reads, and the caller of a direct transport for each it is given (ignored
+        once :meth:`stop_reading` was called)."""
+        if not self.reading:
+            return
+        if self._tracer is not None:
+            self._tracer("message.in", {"connection": self.name, "data": _traced(message)})
+        if isinstance(message, jsonrpc.Request):
+            await self.on_request(message)
+        elif isinstance(message, jsonrpc.Notification):
+            await self.on_notification(message)
+        elif isinstance(message, jsonrpc.Unreadable):
+            error = message.response
+            await self.send(jsonrpc.encode_error(error.id, error.error.code, error.error.message))
+        else:
+            self._on_response(message)
 
     def _on_response(self, message: jsonrpc.Response | jsonrpc.ErrorResponse) -> None:
         reply = self._pending.pop(message.id, None) if message.id is not None else None
@@ -366,7 +398,8 @@ class Endpoint:
         :data:`DRAIN_TIMEOUT` seconds: a request followed at once by end of input is answered.
         """
         self.nursery = nursery
-        nursery.start_soon(self._write_loop)
+        if self._direct is None:
+            nursery.start_soon(self._write_loop)
         try:
             with trio.CancelScope() as scope:
                 self._connection_scope = scope

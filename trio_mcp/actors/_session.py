@@ -196,6 +196,19 @@ class SessionActor(Endpoint):
             if token is not None:
                 current_session_id.reset(token)
 
+    async def deliver(self, message: jsonrpc.Received) -> None:
+        # A direct transport's caller delivers from its own task (an HTTP POST's): what the
+        # message starts must still see this session's id, as the reader's tasks do.
+        session_id = self.mcp_session_id
+        if session_id is None or current_session_id.get() == session_id:
+            await super().deliver(message)
+            return
+        token = current_session_id.set(session_id)
+        try:
+            await super().deliver(message)
+        finally:
+            current_session_id.reset(token)
+
     def shutdown(self) -> None:
         """The server is stopping: answer every waiting request with :data:`SHUTTING_DOWN`
         (its work is cancelled) and read nothing more."""

@@ -66,6 +66,7 @@ from ..protocol.errors import (
 )
 from ..protocol.modern import PROTOCOL_VERSION_KEY, is_modern
 from ..protocol.versions import HANDSHAKE_VERSIONS, MODERN_VERSIONS
+from ..transports.base import Receiver
 from ..transports.h11_server import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEADER_TIMEOUT,
@@ -147,11 +148,15 @@ MODERN_STATUS = {
 }
 """HTTP status of a modern-era JSON answer that is this JSON-RPC error (else 200)."""
 
-INBOUND_SIZE = 64
 MODERN_NOTIFICATION_BUFFER = 256
 """Notifications of one 2026-07-28 request waiting to be written; past it they are dropped
 (MCP allows it), so a client that does not read holds no more than this."""
-"""Messages queued for a handshake-era session actor before POSTs wait (backpressure)."""
+WATCH_AFTER = 0.05
+"""Seconds a request is served before its connection is watched for a disconnect (see
+:class:`_Watches`), and a handshake-era ``tools/call`` or ``tasks/result`` waits for its
+response before its answer becomes an SSE stream (primed, so that it can be resumed)."""
+PARK_AFTER = 1.0
+"""Seconds without a request after which the disconnect watches' task sleeps until the next."""
 GET_STREAM = "g"
 CANCELLED = "notifications/cancelled"
 INITIALIZED = "notifications/initialized"
@@ -208,6 +213,22 @@ class _Exchange:
         self.disconnected = trio.Event()
         self.access: AccessToken | None = None
         """What the verifier said of the request's bearer token (None: no verifier)."""
+        self.watched: trio.CancelScope | None = None
+        """What a disconnect cancels, while the request is served (see :class:`_Watches`)."""
+        self._watching: trio.CancelScope | None = None
+
+    def start_watch(self, nursery: trio.Nursery) -> None:
+        """Read the request's connection for its disconnect, from a task in ``nursery``, until
+        :meth:`stop_watch`; a disconnect cancels :attr:`watched`."""
+        if self._watching is None:
+            self._watching = trio.CancelScope()
+            nursery.start_soon(_cancel_on_disconnect, self, self._watching)
+
+    def stop_watch(self) -> None:
+        self.watched = None
+        watching, self._watching = self._watching, None
+        if watching is not None:
+            watching.cancel()
 
     def caller(self, identity: str | None) -> Caller:
         """Who makes this request, as its tools see it: ``identity``, the token's scopes, and
@@ -310,39 +331,104 @@ class _Exchange:
         return await self.start(200, headers)
 
 
-async def _until_disconnect(
-    exchange: _Exchange, work: Callable[[], Awaitable[None]], watchers: trio.Nursery | None
-) -> bool:
-    """Run ``work``; cancel it if the client disconnects first. True if it ran to its end.
+class _Watches:
+    """Watches for their client's disconnect the requests served longer than
+    :data:`WATCH_AFTER`, from one Trio task of the app's.
 
-    ``work`` runs in the calling task; one watcher task, started in ``watchers`` (the app's
-    long-lived nursery, so that the request need not wait for it to end), reads the exchange
-    until its disconnect and is cancelled when ``work`` ends."""
-    if watchers is None:  # the app is stopping: a nursery of our own
-        async with trio.open_nursery() as nursery:
-            return await _until_disconnect(exchange, work, nursery)
-    scope = trio.CancelScope()
-    watching = trio.CancelScope()
-    watchers.start_soon(_cancel_on_disconnect, exchange, scope, watching)
-    try:
-        with scope:
-            await work()
-            return True
-        return False  # the watcher cancelled the work (mypy: not unreachable, the scope absorbs it)
-    finally:
-        watching.cancel()
+    Reading a connection for its disconnect costs a Trio task and a registration with the
+    kernel; most requests are answered in well under a millisecond, so a request starts as a
+    dict entry (:meth:`watched`) and gets its watcher only once it has been served that long:
+    a disconnect is noticed at most :data:`WATCH_AFTER` seconds late. The task ticks while
+    requests come and goes to sleep after :data:`PARK_AFTER` seconds without any.
+    """
+
+    def __init__(self) -> None:
+        self.pending: dict[_Exchange, float] = {}
+        """Requests being served, not watched yet, and when their watch is due (oldest first)."""
+        self.nursery: trio.Nursery | None = None
+        self._parked: trio.Event | None = None
+
+    async def run(self, nursery: trio.Nursery) -> NoReturn:
+        """Start the due watchers in ``nursery``, until cancelled."""
+        self.nursery = nursery
+        pending = self.pending
+        idle = 0.0
+        try:
+            while True:
+                now = trio.current_time()
+                while pending:
+                    exchange, due = next(iter(pending.items()))
+                    if due > now:
+                        break
+                    del pending[exchange]
+                    exchange.start_watch(nursery)
+                if pending:
+                    idle = 0.0
+                    await trio.sleep_until(next(iter(pending.values())))
+                elif idle < PARK_AFTER:
+                    idle += WATCH_AFTER
+                    await trio.sleep(WATCH_AFTER)
+                else:
+                    self._parked = parked = trio.Event()
+                    await parked.wait()
+                    idle = 0.0
+        finally:
+            self.nursery = None
+
+    async def watched(
+        self, exchange: _Exchange, work: Callable[[], Awaitable[None]], *, at_once: bool = False
+    ) -> bool:
+        """Run ``work`` in the calling task; cancel it if the client disconnects first (noticed
+        from :data:`WATCH_AFTER` seconds on, or ``at_once``: an SSE stream's, whose events
+        must not count as delivered to a client that has gone). True if it ran to its end."""
+        if exchange.disconnected.is_set():
+            return False
+        if at_once and self.nursery is not None:
+            scope = exchange.watched = trio.CancelScope()
+            exchange.start_watch(self.nursery)
+            try:
+                with scope:
+                    await work()
+                    return True
+                return False
+            finally:
+                exchange.stop_watch()
+        if self.nursery is None:  # the app is stopping: watch at once, in a nursery of our own
+            async with trio.open_nursery() as nursery:
+                scope = exchange.watched = trio.CancelScope()
+                exchange.start_watch(nursery)
+                try:
+                    with scope:
+                        await work()
+                        return True
+                    return False
+                finally:
+                    exchange.stop_watch()
+        scope = exchange.watched = trio.CancelScope()
+        self.pending[exchange] = trio.current_time() + WATCH_AFTER
+        parked = self._parked
+        if parked is not None:
+            self._parked = None
+            parked.set()
+        try:
+            with scope:
+                await work()
+                return True
+            return False  # the watcher cancelled the work (mypy: the scope absorbs it)
+        finally:
+            self.pending.pop(exchange, None)
+            exchange.stop_watch()
 
 
-async def _cancel_on_disconnect(
-    exchange: _Exchange, scope: trio.CancelScope, watching: trio.CancelScope
-) -> None:
+async def _cancel_on_disconnect(exchange: _Exchange, watching: trio.CancelScope) -> None:
     with watching:
         try:
             await exchange.watch()
         except Exception as exc:  # not the app's nursery's to handle: the exchange is over
             log.debug("reading an HTTP request for its disconnect failed: %r", exc)
             exchange.disconnected.set()
-        scope.cancel()
+        if exchange.watched is not None:
+            exchange.watched.cancel()
 
 
 # -- handshake-era sessions -----------------------------------------------------------------
@@ -375,6 +461,11 @@ class _Stream:
         self.consumer: trio.CancelScope | None = None  # the HTTP response writing it now
         self.sent_upto = 0
         self.changed = trio.Event()
+        self.undecided = False
+        """A POST's stream whose answer may still be plain JSON: nothing came before it yet."""
+        self.answer: bytes | None = None
+        """The response, when it came first to an undecided stream (never buffered for replay:
+        it is answered as JSON, with no event id)."""
 
     def wake(self) -> None:
         self.changed.set()
@@ -422,7 +513,9 @@ class _Session:
         self.initialized = False
         """``notifications/initialized`` arrived: the handshake is over."""
         self.created = trio.current_time()
-        self._in_send, self._in_recv = trio.open_memory_channel[tuple[jsonrpc.Message, Caller]](INBOUND_SIZE)
+        self._receiver: Receiver | None = None
+        self._attached = trio.Event()  # set by attach(), or when the session ends first
+        self._input_over = trio.Event()
         self.seq = 0
         self.streams: dict[str, _Stream] = {GET_STREAM: _Stream(GET_STREAM)}
         self._order: collections.deque[tuple[_Stream, _Event]] = collections.deque()
@@ -457,19 +550,20 @@ class _Session:
             self.active -= 1
             self.last_seen = trio.current_time()
 
-    # -- the Transport the session actor runs on --------------------------------------------
+    # -- the DirectTransport the session actor runs on -------------------------------------
+    def attach(self, receiver: Receiver) -> None:
+        self._receiver = receiver
+        self._attached.set()
+
     async def receive(self) -> jsonrpc.Received:
-        try:
-            message, caller = await self._in_recv.receive()
-        except trio.ClosedResourceError:
-            raise trio.EndOfChannel from None
-        # Who sent it, for the actor's reader: it reads (and starts serving) this message in
-        # its own context, so what it serves sees the caller of the POST that carried it (its
-        # headers, its token's scopes), and a task created now keeps it.
-        current_caller.set(caller)
-        return message
+        # Messages are delivered (feed), never read: this only reports the end of input.
+        await self._input_over.wait()
+        raise trio.EndOfChannel
 
     async def send(self, message: bytes) -> None:
+        self.route(message)
+
+    def send_nowait(self, message: bytes) -> None:
         self.route(message)
 
     async def aclose(self) -> None:
@@ -478,13 +572,14 @@ class _Session:
     # -- life -------------------------------------------------------------------------------
     def end(self) -> None:
         """Stop the session: its actor reads end-of-input and finishes."""
-        self._in_send.close()
+        self._input_over.set()
+        self._attached.set()
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
-        self._in_send.close()
+        self.end()
         for holder in self._by_request.values():
             if isinstance(holder, _Waiter):
                 holder.done.set()
@@ -492,12 +587,24 @@ class _Session:
             stream.wake()
 
     async def feed(self, message: jsonrpc.Message, caller: Caller = NO_CALLER) -> bool:
-        """Give the actor one message (parsed once, by the app) and who sent it; False if the
-        session has ended."""
-        try:
-            await self._in_send.send((message, caller))
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
+        """Serve one message (parsed once, by the app) in the calling POST's Trio task, as the
+        session actor's reader would, and who sent it (what it serves sees that POST's caller:
+        its headers, its token's scopes; a task created now keeps it). False if the session
+        has ended. An answer ready at once is routed before this returns."""
+        if self._receiver is None:
+            await self._attached.wait()  # the actor is starting (the session was just made)
+        receiver = self._receiver
+        if receiver is None or self._input_over.is_set():
             return False
+        token = current_caller.set(caller)
+        try:
+            await receiver.deliver(message)
+        except Exception as exc:  # a bug in a handler: the session ends, as a connection would
+            log.error("HTTP session %s... failed: %r", self.id[:6], exc, exc_info=exc)
+            receiver.abort()
+            return False
+        finally:
+            current_caller.reset(token)
         return True
 
     # -- routing ------------------------------------------------------------------------------
@@ -546,13 +653,22 @@ class _Session:
                 return
             if isinstance(holder, _Stream):
                 holder.finished = True
-                for token in [t for t, s in self._by_token.items() if s is holder]:
-                    del self._by_token[token]
+                if self._by_token:
+                    for token in [t for t, s in self._by_token.items() if s is holder]:
+                        del self._by_token[token]
+                if holder.undecided and not holder.events:  # nothing before it: plain JSON
+                    holder.answer = data
+                    holder.wake()
+                    return
                 target = holder
         elif isinstance(message, dict) and "id" in message:  # a server→client request
             if target.consumer is None:
                 for stream in reversed(self.streams.values()):
-                    if stream.key != GET_STREAM and not stream.finished and stream.consumer is not None:
+                    if (
+                        stream.key != GET_STREAM
+                        and not stream.finished
+                        and (stream.consumer is not None or stream.undecided)
+                    ):
                         target = stream
                         break
         elif isinstance(message, dict) and message.get("method") == "notifications/progress":
@@ -601,7 +717,7 @@ class _Session:
                 self.count -= 1
                 self.bytes -= len(event.data)
                 self._budget.total -= len(event.data)
-                self._forget_if_done(stream)
+                self.forget_if_done(stream)
                 self._compact()
                 return True
         return False
@@ -622,9 +738,87 @@ class _Session:
         self._budget.total = self.bytes
         self._relieve = None
 
-    def _forget_if_done(self, stream: _Stream) -> None:
+    def forget_if_done(self, stream: _Stream) -> None:
         if stream.key != GET_STREAM and stream.finished and not stream.events and stream.consumer is None:
             self.streams.pop(stream.key, None)
+
+
+class _ModernAnswer:
+    """How a 2026-07-28 request is answered: one JSON object when the response is all there
+    is; else an SSE stream, written by a Trio task started at the first notification (in the
+    app's nursery), of the notifications as they come and then the response."""
+
+    __slots__ = ("_channel", "_done", "_exchange", "_final", "_keepalive", "_nursery", "_scope")
+
+    def __init__(self, exchange: _Exchange, keepalive: float, nursery: trio.Nursery | None) -> None:
+        self._exchange = exchange
+        self._keepalive = keepalive
+        self._nursery = nursery
+        self._channel: trio.MemorySendChannel[bytes] | None = None
+        self._done: trio.Event | None = None
+        self._scope: trio.CancelScope | None = None
+        self._final: bytes | None = None
+
+    def send(self, data: bytes) -> bool:
+        """A notification of the request's (never waits; False: dropped, the client reads
+        too slowly or has gone)."""
+        channel = self._channel
+        if channel is None:
+            if self._nursery is None:
+                return False
+            channel, notifications = trio.open_memory_channel[bytes](MODERN_NOTIFICATION_BUFFER)
+            self._channel, self._done, self._scope = channel, trio.Event(), trio.CancelScope()
+            self._nursery.start_soon(self._write, notifications, self._scope, self._done)
+        try:
+            channel.send_nowait(data)
+        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            return False
+        return True
+
+    async def finish(self, data: bytes, code: int | None) -> None:
+        """Answer with ``data``: as JSON if nothing was sent before it, else as the stream's
+        last event (once what came before it is written)."""
+        if self._channel is None:
+            status = MODERN_STATUS.get(code, 200) if code is not None else 200
+            await self._exchange.respond(status, data, content_type=JSON)
+            return
+        self._final = data
+        self._channel.close()
+        assert self._done is not None
+        await self._done.wait()
+
+    def close(self) -> None:
+        """The request is over: a stream not finished by :meth:`finish` stops."""
+        if self._channel is not None:
+            self._channel.close()
+            if self._done is not None and not self._done.is_set() and self._final is None:
+                assert self._scope is not None
+                self._scope.cancel()
+
+    async def _write(
+        self, notifications: trio.MemoryReceiveChannel[bytes], scope: trio.CancelScope, done: trio.Event
+    ) -> None:
+        exchange = self._exchange
+        try:
+            with scope:
+                if not await exchange.start_sse():
+                    return
+                while True:
+                    following: bytes | None = None
+                    with trio.move_on_after(self._keepalive):
+                        try:
+                            following = await notifications.receive()
+                        except trio.EndOfChannel:
+                            if self._final is not None:  # the last event and the end: one send
+                                await exchange.end(sse_event(self._final))
+                            return
+                    part = sse_event(following) if following is not None else sse_comment()
+                    if not await exchange.write(part):
+                        return
+        except Exception as exc:  # the app's nursery is not this request's to fail
+            log.error("writing a 2026-07-28 SSE answer failed: %r", exc, exc_info=exc)
+        finally:
+            done.set()
 
 
 # -- the application ------------------------------------------------------------------------
@@ -695,6 +889,7 @@ class McpHttpApp:
         self.draining = False
         """Set by :meth:`shutdown`: new requests get 503 + ``Retry-After``."""
         self._working = 0  # POSTs being served
+        self._watches = _Watches()
         self._quiet: trio.Event | None = None  # set when _working drops to 0, for shutdown
 
     # -- running ----------------------------------------------------------------------------
@@ -706,6 +901,7 @@ class McpHttpApp:
         async with open_runtime(self.server_or_runtime) as runtime, trio.open_nursery() as nursery:
             self.runtime, self._nursery = runtime, nursery
             nursery.start_soon(self._expire_idle)
+            nursery.start_soon(self._watches.run, nursery)
             try:
                 yield self
             finally:
@@ -1151,63 +1347,24 @@ class McpHttpApp:
         client = f"address:{peer}" if peer is not None else None  # anonymous: counted per address
         runtime = self.runtime
         assert runtime is not None
-        out_send, out_recv = trio.open_memory_channel[bytes](MODERN_NOTIFICATION_BUFFER)
-
-        def send(data: bytes) -> bool:
-            try:
-                out_send.send_nowait(data)
-            except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
-                return False  # the client reads too slowly: a notification may be dropped
-            return True
-
-        answer: list[tuple[bytes, int | None]] = []
-
         caller = exchange.caller(identity)
+        answer = _ModernAnswer(exchange, self.keepalive_interval, self._nursery)
+        served: list[tuple[bytes, int | None]] = []
 
         async def serve() -> None:
-            with out_send:
-                answer.append(
-                    await runtime.stateless.serve_one(
-                        message, owner=owner, client=client, send=send, caller=caller
-                    )
+            served.append(
+                await runtime.stateless.serve_one(
+                    message, owner=owner, client=client, send=answer.send, caller=caller
                 )
+            )
 
-        async def both() -> None:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(serve)
-                await self._answer_modern(exchange, out_recv, answer)
-
-        if not await _until_disconnect(exchange, both, self._nursery):
-            log.debug("modern request %r cancelled: the client closed its response", message.id)
-
-    async def _answer_modern(
-        self,
-        exchange: _Exchange,
-        notifications: trio.MemoryReceiveChannel[bytes],
-        answer: list[tuple[bytes, int | None]],
-    ) -> None:
-        """Write the answer: JSON if it is all there is, else the notifications as SSE events
-        as they come, the answer last."""
         try:
-            first = await notifications.receive()
-        except trio.EndOfChannel:  # served, with nothing before the answer
-            data, code = answer[0]
-            status = MODERN_STATUS.get(code, 200) if code is not None else 200
-            await exchange.respond(status, data, content_type=JSON)
-            return
-        if not await exchange.start_sse() or not await exchange.write(sse_event(first)):
-            return
-        while True:
-            following: bytes | None = None
-            with trio.move_on_after(self.keepalive_interval):
-                try:
-                    following = await notifications.receive()
-                except trio.EndOfChannel:
-                    await exchange.end(sse_event(answer[0][0]))  # the last event and the end: one send
-                    return
-            part = sse_event(following) if following is not None else sse_comment()
-            if not await exchange.write(part):
-                return
+            if await self._watches.watched(exchange, serve):
+                await answer.finish(*served[0])
+            else:
+                log.debug("modern request %r cancelled: the client closed its response", message.id)
+        finally:
+            answer.close()
 
     # -- the handshake era ------------------------------------------------------------------
     def _version_error(self, exchange: _Exchange) -> str | None:
@@ -1345,11 +1502,7 @@ class McpHttpApp:
         if not await session.feed(request, exchange.caller(session.identity)):
             await exchange.error(404, "Session not found")
             return
-
-        async def wait() -> None:
-            await waiter.done.wait()
-
-        if not await _until_disconnect(exchange, wait, self._nursery):
+        if not waiter.done.is_set() and not await self._watches.watched(exchange, waiter.done.wait):
             session.abandon(request.id, waiter)
             if creating:
                 self._end(session)
@@ -1362,19 +1515,33 @@ class McpHttpApp:
             return
         headers: list[tuple[str, str]] = []
         if creating:
-            if _classify(waiter.data)[0] == "response" and _classify(waiter.data)[1] is None:
+            if _classify(waiter.data) == ("response", None):
                 headers.append((HEADER_SESSION_ID, session.id))
             else:
                 self._end(session)
         await exchange.respond(200, waiter.data, content_type=JSON, headers=headers)
 
     async def _post_stream(self, exchange: _Exchange, session: _Session, request: jsonrpc.Request) -> None:
+        """A ``tools/call`` or ``tasks/result``: plain JSON if its response is the first thing
+        it produces within :data:`WATCH_AFTER` seconds, else an SSE stream (primed, resumable)
+        of what it sends and then the response."""
         meta = (request.params or {}).get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         stream = session.open_post_stream(request.id, token)
+        stream.undecided = True
         start = session.seq
         if not await session.feed(request, exchange.caller(session.identity)):
+            stream.undecided = False
             await exchange.error(404, "Session not found")
+            return
+        if stream.answer is None and not stream.events and not stream.finished and not session.closed:
+            with trio.move_on_after(WATCH_AFTER):
+                await stream.changed.wait()
+        stream.undecided = False
+        answer, stream.answer = stream.answer, None
+        if answer is not None:
+            session.forget_if_done(stream)
+            await exchange.respond(200, answer, content_type=JSON)
             return
         await self._serve_stream(exchange, session, stream, start)
 
@@ -1435,11 +1602,11 @@ class McpHttpApp:
 
                 changed = await drain()  # often the whole answer is ready: no watcher needed
                 if changed is not None:
-                    await _until_disconnect(exchange, functools.partial(pump, changed), self._nursery)
+                    await self._watches.watched(exchange, functools.partial(pump, changed), at_once=True)
         finally:
             if stream.consumer is scope:
                 stream.consumer = None
-                session._forget_if_done(stream)
+                session.forget_if_done(stream)
 
     # -- GET and DELETE -----------------------------------------------------------------------
     async def _get(self, exchange: _Exchange, identity: str | None) -> None:

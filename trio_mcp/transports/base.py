@@ -10,14 +10,16 @@ transport frames and writes those bytes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from ..protocol.jsonrpc import Received
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
     "BatchTransport",
+    "DirectTransport",
     "MessageTooLarge",
+    "Receiver",
     "Transport",
 ]
 
@@ -58,3 +60,33 @@ class BatchTransport(Transport, Protocol):
     """A transport that can also write several messages at once (one system call for stdio)."""
 
     async def send_many(self, messages: Sequence[bytes]) -> None: ...
+
+
+class Receiver(Protocol):
+    """What serves a :class:`DirectTransport`'s messages: the endpoint (session) on it."""
+
+    async def deliver(self, message: Received) -> None:
+        """Serve one message in the caller's Trio task (as the endpoint's reader would)."""
+        ...
+
+    def abort(self) -> None:
+        """End the connection now (after a message failed in a way no answer covers)."""
+        ...
+
+
+@runtime_checkable
+class DirectTransport(Transport, Protocol):
+    """A transport that is fed by its caller rather than read, and never waits to send.
+
+    An HTTP session is one: each POST hands its message to the session in the POST's own Trio
+    task (:meth:`Receiver.deliver`) instead of through a reader task, and what the session sends
+    is routed into the session's streams at once (``send_nowait``), so a request answered at
+    once costs no task switch. ``attach`` is called once, by the endpoint that serves the
+    transport, when it is made; ``receive`` then only reports the end of input.
+    """
+
+    def attach(self, receiver: Receiver) -> None: ...
+
+    def send_nowait(self, message: bytes) -> None:
+        """Take one encoded message; ``trio.ClosedResourceError`` once closed."""
+        ...
