@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -65,7 +64,7 @@ from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, 
 from ..protocol.handshake import HandshakeDialect
 from ..protocol.messages import Implementation
 from ..protocol.modern import ModernDialect, ModernScope
-from ..protocol.records import TaskOutcome, TaskRecord
+from ..protocol.records import TaskRecord
 from ..protocol.request_state import StateCodec, binding_of
 from ..protocol.tasks import TaskStatus
 from ._calls import HookedToolRun, InputNeeded, Peer, Scope, ToolCall, ToolEntry, ToolRun
@@ -261,6 +260,10 @@ REQUIRED_INPUT_ROUNDS = 32
 CreateTaskResult goes out: input it asks for within them is gathered first by multi
 round-trip (``InputRequiredResult``), as SEP-2663 asks of a tool that gathers input and then
 runs as a task. Input asked later is asked through the task."""
+
+_JOIN_ROUNDS = 3
+"""Scheduler rounds a call that needs input waits before its ``InputRequiredResult``, so that
+questions its tool asks together (siblings in a nursery) are all in it."""
 
 
 class Service(Protocol):
@@ -630,6 +633,52 @@ class HiddenTask:
             self.host.remove_task(task_id)
 
 
+class _Race:
+    """What ends a server-directed call's wait for its answer: the first of its signals (the
+    task's outcome, its asking for input) — each a callback calling :meth:`settle` — wakes the
+    one calling task waiting in :meth:`wait`; no Trio task is spawned to watch any of them.
+
+    A signal may come at any time, from any task (the outcome's reply, the task's watcher,
+    both live as long as the task): once the race is over (:meth:`close`) it changes nothing,
+    and the race holds nothing of the call."""
+
+    __slots__ = ("_waiter", "over", "settled")
+
+    def __init__(self) -> None:
+        self.settled = False
+        """A signal came."""
+        self.over = False
+        """The call stopped waiting: later signals are ignored."""
+        self._waiter: trio.lowlevel.Task | None = None
+
+    def settle(self, _: object = None) -> None:
+        """A signal (a reply's continuation, or a watcher's call): wake the waiter. Never
+        raises."""
+        if self.over or self.settled:
+            return
+        self.settled = True
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            trio.lowlevel.reschedule(waiter)
+
+    async def wait(self) -> None:
+        """Until a signal comes (a checkpoint if one has)."""
+        if self.settled:
+            await trio.lowlevel.checkpoint()
+            return
+        self._waiter = trio.lowlevel.current_task()
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            self._waiter = None  # timed out, or the caller was cancelled: never woken
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def close(self) -> None:
+        self.over = True
+        self._waiter = None
+
+
 async def _call_maybe_task(
     host: Host, command: CallTool, scope: Scope, request: InboundRequest, run: RunFactory = ToolRun
 ) -> dict[str, Any]:
@@ -649,11 +698,11 @@ async def _call_maybe_task(
     assert isinstance(scope, ModernScope)
     hidden = HiddenTask(host)
     request.hidden = hidden
-    needs_input = trio.Event()
+    race = _Race()
 
     def watch(record: TaskRecord) -> None:
         if record.status == TaskStatus.INPUT_REQUIRED:
-            needs_input.set()
+            race.settle()  # it asks for input: answer with the task now
 
     entry = host.service.tools[command.name]
     binding = ("tools/call", command.name, command.arguments)
@@ -675,7 +724,7 @@ async def _call_maybe_task(
         record: TaskRecord = await started.reply.wait()
         host.receiver.start_work(record)
         answer, keep = await _settle_maybe_task(
-            host, record, scope, needs_input, entry.immediate_response, mrtr, binding
+            host, record, scope, race, entry.immediate_response, mrtr, binding
         )
         return answer
     finally:
@@ -709,46 +758,43 @@ async def _settle_maybe_task(
     host: Host,
     record: TaskRecord,
     scope: ModernScope,
-    needs_input: trio.Event,
+    race: _Race,
     immediate: str | None,
     mrtr: InputNeeded | None,
     binding: tuple[str, str, Any],
 ) -> tuple[dict[str, Any], bool]:
-    """The answer to a server-directed call, and whether it shows the task."""
-    outcome: TaskOutcome | None = None
+    """The answer to a server-directed call, and whether it shows the task.
 
-    async def wait_for_outcome(cancel_scope: trio.CancelScope) -> None:
-        nonlocal outcome
-        try:
-            outcome = await host.receiver.outcome(record.task_id)
-        except McpError:
-            pass  # removed meanwhile: answer with the task, whose record says what happened
-        cancel_scope.cancel()
-
-    async def wait_for(event: trio.Event, cancel_scope: trio.CancelScope) -> None:
-        await event.wait()
-        cancel_scope.cancel()
-
-    async def first_rounds(cancel_scope: trio.CancelScope) -> None:
-        for _ in range(REQUIRED_INPUT_ROUNDS):
-            await trio.lowlevel.checkpoint()
-        cancel_scope.cancel()
-
-    # An optional tool gets the auto-task window; a required one is a task anyway, and only
-    # the input it asks for at once (within its first scheduler rounds) comes before it.
-    window = host.supervisor.limits.auto_task_after_ms / 1000 if mrtr is None else math.inf
-    with trio.move_on_after(window):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(wait_for_outcome, nursery.cancel_scope)
-            nursery.start_soon(wait_for, needs_input, nursery.cancel_scope)
-            if mrtr is not None:
-                nursery.start_soon(wait_for, mrtr.needed_event, nursery.cancel_scope)
-                nursery.start_soon(first_rounds, nursery.cancel_scope)
+    The calling task waits alone (no Trio task is spawned): the task's outcome and its asking
+    for input end the wait through ``race`` (callbacks), the auto-task window by timing out;
+    a required tool's first scheduler rounds are counted here, with each signal — its
+    multi round-trip question among them — checked between rounds."""
+    # Answered when the task ends, or with an error once it is removed (then the answer is
+    # the task, whose record says what happened).
+    ended = host.receiver.start_outcome(record.task_id)
+    ended.then(race.settle)
+    try:
+        if mrtr is None:
+            # An optional tool gets the auto-task window.
+            with trio.move_on_after(host.supervisor.limits.auto_task_after_ms / 1000):
+                await race.wait()
+        else:
+            # A required one is a task anyway: only the input it asks for at once (within its
+            # first scheduler rounds) comes before it.
+            for _ in range(REQUIRED_INPUT_ROUNDS):
+                if race.settled or mrtr.needed_event.is_set():
+                    break
+                await trio.lowlevel.checkpoint()
+    finally:
+        race.close()  # signals from now on (the outcome of a task shown) change nothing
     if mrtr is not None and mrtr.needed:
-        await trio.lowlevel.checkpoint()  # let questions asked together all be recorded
+        # Let questions asked together all be recorded: as many rounds as the tool gives them
+        # before it stops itself (ToolCall._ask_by_retry).
+        for _ in range(_JOIN_ROUNDS):
+            await trio.lowlevel.checkpoint()
         return _input_required(host, binding, mrtr, scope), False
-    if outcome is not None and mrtr is None:
-        rendered = scope.render_outcome(record.task_id, outcome)
+    if mrtr is None and ended.answered and not ended.failed:  # it ended within the window
+        rendered = scope.render_outcome(record.task_id, ended.unwrap())
         if isinstance(rendered, ErrorValue):
             raise rendered.exception()
         return rendered, False

@@ -228,11 +228,17 @@ class TaskReceiver:
 
         return Started(reply, render)
 
-    async def outcome(self, task_id: str) -> TaskOutcome:
-        """Wait for the task to end: what its request produced."""
+    def start_outcome(self, task_id: str) -> Reply[TaskOutcome]:
+        """Ask for the task's outcome without waiting: the reply is answered (``then``,
+        ``answered``, ``wait``) when the task has ended, at once if it has — or with an error
+        once it is removed or stopped, or if it is unknown."""
         reply: Reply[TaskOutcome] = Reply()
         self.supervisor.deliver(Route(self.owner, task_id, AwaitResult(reply)))
-        return await reply.wait()
+        return reply
+
+    async def outcome(self, task_id: str) -> TaskOutcome:
+        """Wait for the task to end: what its request produced."""
+        return await self.start_outcome(task_id).wait()
 
     async def result(self, task_id: str, dialect: Renderer | None = None) -> dict[str, Any]:
         """Wait for the end; return what the request would have (or raise its McpError)."""
