@@ -46,8 +46,8 @@ import json
 import logging
 import secrets
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, MutableMapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
+from contextlib import asynccontextmanager
 from typing import Any, Literal, NoReturn
 
 import trio
@@ -540,15 +540,14 @@ class _Session:
     def get_stream(self) -> _Stream:
         return self.streams[GET_STREAM]
 
-    @contextmanager
-    def in_use(self) -> Iterator[None]:
+    def use(self) -> None:
+        """A request of the session's begins (pair with :meth:`done`): it is not idle."""
         self.active += 1
         self.last_seen = trio.current_time()
-        try:
-            yield
-        finally:
-            self.active -= 1
-            self.last_seen = trio.current_time()
+
+    def done(self) -> None:
+        self.active -= 1
+        self.last_seen = trio.current_time()
 
     # -- the DirectTransport the session actor runs on -------------------------------------
     def attach(self, receiver: Receiver) -> None:
@@ -1419,7 +1418,8 @@ class McpHttpApp:
             if found is None:
                 return
             session = found
-        with session.in_use():
+        session.use()
+        try:
             if not isinstance(message, jsonrpc.Request):
                 if await session.feed(message, exchange.caller(identity)):
                     if isinstance(message, jsonrpc.Notification):
@@ -1435,6 +1435,8 @@ class McpHttpApp:
                 await self._post_stream(exchange, session, message)
             else:
                 await self._post_json(exchange, session, message, creating)
+        finally:
+            session.done()
 
     def _new_session(self, identity: str | None, peer: str | None) -> _Session | None:
         """A 2025-11-25 session. Without an identity it owns its tasks, and they count under
@@ -1634,8 +1636,11 @@ class McpHttpApp:
                 await exchange.error(409, "Conflict: this session's GET stream is already open")
                 return
             after = stream.sent_upto
-        with session.in_use():
+        session.use()
+        try:
             await self._serve_stream(exchange, session, stream, after)
+        finally:
+            session.done()
 
     async def _delete(self, exchange: _Exchange, identity: str | None) -> None:
         problem = self._version_error(exchange)

@@ -295,15 +295,15 @@ class _Cycle:
         "head",
         "head_sent",
         "is_head",
-        "no_body",
+        "pending",
+        "preread",
         "started",
         "too_large",
     )
 
-    def __init__(self, connection: _Connection, is_head: bool, no_body: bool) -> None:
+    def __init__(self, connection: _Connection, is_head: bool) -> None:
         self.connection = connection
         self.is_head = is_head
-        self.no_body = no_body  # the request has no body (its end is read already)
         self.body_done = False
         self.body_size = 0
         self.started = False
@@ -312,6 +312,8 @@ class _Cycle:
         self.ended = False  # the response's last part is being written
         self.too_large = False
         self.head: tuple[int, list[tuple[bytes, bytes]]] = (0, [])
+        self.preread: bytes | None = None  # the whole body, read with the head
+        self.pending: list[bytes] = []  # the body's first parts, read with the head
 
     async def receive(self) -> Message:
         connection = self.connection
@@ -319,9 +321,19 @@ class _Cycle:
             if self.complete or connection.gone:
                 return _DISCONNECT
             return await connection.wait_disconnect(self)
-        if self.no_body:
+        if self.too_large and not self.body_done:
             self.body_done = True
-            return _EMPTY_BODY
+            return _DISCONNECT  # the application sees the client go; the server answers 413
+        preread = self.preread
+        if preread is not None:
+            self.body_done = True
+            self.preread = None
+            if not preread:
+                return _EMPTY_BODY
+            return {"type": "http.request", "body": preread, "more_body": False}
+        if self.pending:
+            chunks, self.pending = self.pending, []
+            return {"type": "http.request", "body": b"".join(chunks), "more_body": True}
         return await connection.read_body(self)
 
     async def send(self, message: Message) -> None:
@@ -529,13 +541,13 @@ class _Connection:
                             return None
                     finally:
                         server._idle.pop(self, None)
-                    self.deadline.deadline = trio.current_time() + server.header_timeout
-            while True:
-                event = conn.next_event()
-                if event is not h11.NEED_DATA:
-                    break
+                    event = conn.next_event()
+                    if event is h11.NEED_DATA:  # a head in several reads: it has its own deadline
+                        self.deadline.deadline = trio.current_time() + server.header_timeout
+            while event is h11.NEED_DATA:
                 if not await self._receive():
                     return None
+                event = conn.next_event()
         if type(event) is h11.Request:
             return event
         return None  # ConnectionClosed (an EOF between requests)
@@ -579,26 +591,24 @@ class _Connection:
         """Serve one request; whether the connection can go on."""
         server = self.server
         conn = self.h11
-        has_body = False
         size = len(request.target) + 16
         for name, value in request.headers:
             size += len(name) + len(value) + 4
-            if name == b"content-length":
-                has_body = value != b"0"
-                if server.max_body_size is not None and int(value) > server.max_body_size:
-                    await self._error(413)
-                    return False
-            elif name == b"transfer-encoding":
-                has_body = True
+            if (
+                name == b"content-length"
+                and server.max_body_size is not None
+                and int(value) > server.max_body_size
+            ):
+                await self._error(413)
+                return False
         if size > server.max_header_size:  # h11 checks only heads that arrive in several reads
             await self._error(431)
             return False
-        body_done = not has_body and type(conn.next_event()) is h11.EndOfMessage
-        if body_done:
+        cycle = _Cycle(self, request.method == b"HEAD")
+        if self._buffered_body(cycle):  # the whole body is here already (the common case)
             self.deadline.deadline = math.inf
         else:
             self.deadline.deadline = trio.current_time() + server.body_timeout
-        cycle = _Cycle(self, request.method == b"HEAD", body_done)
         server.in_progress += 1
         try:
             await server.app(self._scope(request), cycle.receive, cycle.send)
@@ -628,6 +638,36 @@ class _Connection:
         if conn.their_state is h11.SEND_BODY:  # a body the application did not read: drop it
             return await self._discard_body()
         return True
+
+    def _buffered_body(self, cycle: _Cycle) -> bool:
+        """Take the request's body from what was read already; True if it is all there (then
+        ``receive()`` hands it over without reading). Over ``max_body_size``: True, and
+        ``cycle.too_large``."""
+        conn = self.h11
+        if conn.they_are_waiting_for_100_continue:
+            return False  # it is sent once the application asks for the body
+        chunks: list[bytes] = []
+        limit = self.server.max_body_size
+        size = 0
+        while True:
+            event = conn.next_event()
+            if type(event) is h11.Data:
+                data = bytes(event.data)
+                size += len(data)
+                if limit is not None and size > limit:
+                    cycle.too_large = True
+                    cycle.body_size = size
+                    return True
+                chunks.append(data)
+                continue
+            if type(event) is h11.EndOfMessage:
+                cycle.preread = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                cycle.body_size = size
+                return True
+            # NEED_DATA: the rest comes later (what is here waits in ``chunks``)
+            cycle.pending = chunks
+            cycle.body_size = size
+            return False
 
     async def _error(self, status: int) -> None:
         """Answer ``status`` (no body) and close: the state of the request is unknown."""
