@@ -431,3 +431,30 @@ def test_any_json_in_any_field_is_never_a_500(
         if "error" in answer and isinstance(request_id, int | str) and not isinstance(request_id, bool):
             assert answer["id"] == request_id, (answer, request_id)
     assert sync_http.get(threaded_url.replace("/mcp", "/nothing")).status_code == 404
+
+
+class _Steps(trio.abc.Instrument):
+    """Counts the scheduler steps of tasks whose name contains ``part``."""
+
+    def __init__(self, part: str) -> None:
+        self.part = part
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if self.part in task.name:
+            self.steps += 1
+
+
+async def test_an_idle_app_stops_waking_for_disconnect_watches(autojump_clock: MockClock) -> None:
+    """Requests are watched for their client's disconnect by one task of the app's, which ticks
+    while requests come and sleeps once none has come for a second: an idle server does not
+    keep waking up for it."""
+    app = McpHttpApp(make_server())
+    steps = _Steps("_Watches.run")
+    async with app.running():
+        trio.lowlevel.add_instrument(steps)
+        try:
+            await trio.sleep(3600)
+        finally:
+            trio.lowlevel.remove_instrument(steps)
+    assert 0 < steps.steps <= 25  # ~20 ticks of 50 ms, then parked for the hour

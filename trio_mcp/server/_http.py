@@ -16,8 +16,11 @@ bound to the authenticated identity when there is one. The session is one
 routed: a response to the POST that carried its request, progress notifications to the POST
 stream of their request while it is open, server→client requests to the GET stream (or, if
 none is open, the newest open POST stream), everything else to the GET stream.
-``tools/call`` and ``tasks/result`` are answered as SSE (they may stream progress or input
-requests first); every other request as one JSON object. SSE streams start with
+A ``tools/call`` or ``tasks/result`` is answered as one JSON object when its response comes
+first and within :data:`WATCH_AFTER` (50 ms), otherwise as SSE (what it sends first, progress
+or requests to the client, then the response); every other request as one JSON object. A
+session is a direct transport: each POST's message is served in that POST's Trio task, and
+what the session sends is routed as it is queued. SSE streams start with
 ``retry: <ms>`` and a priming event (an id, empty data); every event has an id
 ``<stream>.<n>``; a session keeps its last :data:`DEFAULT_EVENT_BUFFER` (1000) events, over
 all its streams, for ``GET`` + ``Last-Event-ID`` to replay that one stream (a dropped POST
@@ -27,14 +30,15 @@ dropped goes to the GET stream instead. Idle sessions (no HTTP request for
 its actor: without authentication its tasks are cancelled, with it they belong to the
 identity and outlive it.
 
-**2026-07-28 (modern era).** Every POST is served by a fresh session actor over a
-one-message transport; tasks belong to the identity (``identity:NAME``) or, without
+**2026-07-28 (modern era).** Every POST is served in its own Trio task by the runtime's
+``serve_one``, with no session actor; tasks belong to the identity (``identity:NAME``) or, without
 authentication, to one shared owner, ``"anonymous"``, so that a task created by one POST can
 be read, updated and cancelled by later ones (task ids are unguessable: 128+ random bits).
 The headers must agree with the body (``MCP-Protocol-Version``, ``Mcp-Method``,
 ``Mcp-Name``), else 400 + -32020. The answer is one JSON object when the response is the
 first thing the request produces, else an SSE stream of its notifications and then the
-response. Closing the HTTP response cancels the request.
+response. Closing the HTTP response cancels the request (noticed once it has been served
+:data:`WATCH_AFTER`: a connection is read for its disconnect only from then on).
 """
 
 from __future__ import annotations
