@@ -1,12 +1,16 @@
 """Scale-out on Redis: CPU and Redis commands per task round trip, 1 process against 3.
 
-    python -m benchmarks.scale [--tasks 300] [--processes 1,3]
+    python -m benchmarks.scale [--tasks 300] [--processes 1,3] [--concurrency 1,16]
 
 For each process count, ``trio-mcp serve benchmarks/scale_server.py:server --http`` processes
 share one ``valkey-server`` (a fresh key prefix each); a client sends 2026-07-28 ``tools/call``
 requests of a ``task_support="required"`` tool round robin over the processes (each answered
 with its task), then polls each task with ``tasks/get`` through the *next* process until it
-is completed — a round trip that crosses processes. Measured over the timed tasks (after a
+is completed — a round trip that crosses processes. Each process count is measured twice:
+with one round trip at a time (**sequential**: each request finds its process idle since its
+previous one, so it also measures a cold process's wake-up: caches refilled after the client,
+Redis and the other processes ran) and with ``--concurrency`` round trips in flight
+(**loaded**: each process busy, as under real traffic). Measured over the timed tasks (after a
 warm-up): the CPU of every server process and of Redis, summed, per task; the commands the
 processes sent Redis per task (counted by ``MONITOR`` in a separate, untimed pass: a script is
 one command), and all the commands Redis ran, those inside scripts included (``INFO stats``
@@ -91,9 +95,22 @@ def start(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
     return process, int(found.group(1))
 
 
-def round_trips(ports: list[int], count: int, first_id: int) -> None:
+def round_trips(ports: list[int], count: int, first_id: int, concurrency: int = 1) -> None:
+    """``count`` round trips, ``concurrency`` at a time (threads, each its share in turn)."""
+    if concurrency > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        shares = [list(range(start, count, concurrency)) for start in range(concurrency)]
+        with ThreadPoolExecutor(concurrency) as pool:
+            for done in [pool.submit(_round_trips, ports, share, first_id) for share in shares]:
+                done.result()
+        return
+    _round_trips(ports, list(range(count)), first_id)
+
+
+def _round_trips(ports: list[int], indices: list[int], first_id: int) -> None:
     ids: list[str] = []
-    for index in range(count):
+    for index in indices:
         port = ports[index % len(ports)]
         params = {"name": "work", "arguments": {"ms": 1}, "_meta": META}
         answer = post(
@@ -101,7 +118,7 @@ def round_trips(ports: list[int], count: int, first_id: int) -> None:
         ).message()
         assert answer is not None and "result" in answer, answer
         ids.append(answer["result"]["taskId"])
-    for index, task_id in enumerate(ids):
+    for index, task_id in zip(indices, ids, strict=True):
         port = ports[(index + 1) % len(ports)]
         while True:
             params = {"taskId": task_id, "_meta": META}
@@ -112,21 +129,22 @@ def round_trips(ports: list[int], count: int, first_id: int) -> None:
             time.sleep(0.01)
 
 
-def measure(valkey: Valkey, processes: int, tasks: int) -> dict[str, Any]:
+def measure(valkey: Valkey, processes: int, tasks: int, concurrency: int = 1) -> dict[str, Any]:
     env = {**os.environ, "SCALE_REDIS_URL": valkey.url, "SCALE_PREFIX": f"scale-{processes}-{time.time()}:"}
     started = [start(env) for _ in range(processes)]
     try:
         ports = [port for _, port in started]
-        round_trips(ports, 40 * processes, 0)  # warm-up: every process past its first calls
+        round_trips(ports, 40 * processes, 0, concurrency)  # warm-up: every process past its first calls
         time.sleep(0.5)
         pids = [process.pid for process, _ in started] + [valkey.pid]
         cpu, before = sum(process_cpu(pid) for pid in pids), commands(valkey.port)
         began = time.monotonic()
-        round_trips(ports, tasks, 1000)
+        round_trips(ports, tasks, 1000, concurrency)
         elapsed = time.monotonic() - began
         cpu, done = sum(process_cpu(pid) for pid in pids) - cpu, commands(valkey.port)
         return {
             "processes": processes,
+            "concurrency": concurrency,
             "tasks": tasks,
             "cpu_ms_per_task": 1000 * cpu / tasks,
             "commands_run_per_task": (done - before - 1) / tasks,  # less the INFO itself
@@ -146,16 +164,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--tasks", type=int, default=300)
     parser.add_argument("--processes", default="1,3")
+    parser.add_argument("--concurrency", default="1,16", help="round trips in flight, each measured")
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.processes.split(",")]
+    levels = [int(n) for n in args.concurrency.split(",")]
     with Valkey() as valkey:
-        results = [measure(valkey, n, args.tasks) for n in counts]
-    base = results[0]["cpu_ms_per_task"]
-    print(f"{'processes':>9} {'CPU ms/task':>12} {'x 1 process':>12} {'sent/task':>10} {'run/task':>9}")
+        results = [measure(valkey, n, args.tasks, c) for c in levels for n in counts]
+    print(
+        f"{'in flight':>9} {'processes':>9} {'CPU ms/task':>12} {'x 1 process':>12} {'sent/task':>10}"
+        f" {'run/task':>9}"
+    )
     for row in results:
+        base = next(
+            r["cpu_ms_per_task"]
+            for r in results
+            if r["concurrency"] == row["concurrency"] and r["processes"] == counts[0]
+        )
         print(
-            f"{row['processes']:>9} {row['cpu_ms_per_task']:>12.2f} {row['cpu_ms_per_task'] / base:>12.2f}"
+            f"{row['concurrency']:>9} {row['processes']:>9} {row['cpu_ms_per_task']:>12.2f}"
+            f" {row['cpu_ms_per_task'] / base:>12.2f}"
             f" {row['commands_sent_per_task']:>10.1f} {row['commands_run_per_task']:>9.1f}"
         )
     if args.json:
