@@ -444,13 +444,18 @@ def test_http_peers_skip_a_peer_that_cannot_be_installed(monkeypatch: pytest.Mon
 def test_the_scale_out_benchmark_counts_cpu_and_redis_commands_per_task(tmp_path: Path) -> None:
     out = tmp_path / "scale.json"
     subprocess.run(
-        [sys.executable, "-m", "benchmarks.scale", "--tasks", "5", "--processes", "1", "--json", str(out)],
+        [
+            *(sys.executable, "-m", "benchmarks.scale", "--tasks", "6", "--processes", "1"),
+            *("--concurrency", "1,3", "--json", str(out)),
+        ],
         cwd=ROOT,
         check=True,
         capture_output=True,
         timeout=120,
     )
-    [row] = json.loads(out.read_text())
-    assert row["processes"] == 1 and row["tasks"] == 5
-    assert row["cpu_ms_per_task"] > 0
-    assert 1 <= row["commands_sent_per_task"] <= row["commands_run_per_task"]
+    rows = json.loads(out.read_text())
+    assert [(row["concurrency"], row["processes"]) for row in rows] == [(1, 1), (3, 1)]
+    for row in rows:
+        assert row["tasks"] == 6
+        assert row["cpu_ms_per_task"] > 0
+        assert 1 <= row["commands_sent_per_task"] <= row["commands_run_per_task"]

@@ -57,6 +57,8 @@ __all__ = ["SHUTTING_DOWN", "Stateless"]
 
 SHUTTING_DOWN = ErrorValue(INTERNAL_ERROR, "Server shutting down: the request was cancelled")
 NOT_STATELESS = ErrorValue(INVALID_REQUEST, "Invalid request: not a stateless (2026-07-28) request")
+ABANDONED = ErrorValue(INTERNAL_ERROR, "Request cancelled: its caller went away")
+"""The answer of a request whose ``cancel_scope`` its caller cancelled (written to nobody)."""
 
 Send = Callable[[bytes], bool]
 """Where a request's own notifications go (each already encoded); False if it was dropped."""
@@ -68,7 +70,14 @@ class _Exchange:
     connection_owned = False
     session_id = None  # no session: one stateless request
 
-    def __init__(self, stateless: Stateless, owner: str, client: str | None, send: Send) -> None:
+    def __init__(
+        self,
+        stateless: Stateless,
+        owner: str,
+        client: str | None,
+        send: Send,
+        scope: trio.CancelScope | None = None,
+    ) -> None:
         self.service = stateless.service
         self.supervisor = stateless.supervisor
         self.dialect = stateless.dialect
@@ -79,7 +88,7 @@ class _Exchange:
         self.subscribed: set[str] = set()
         self.unwritten: set[str] = set()
         self.closed = False
-        self.scope = trio.CancelScope()
+        self.scope = scope if scope is not None else trio.CancelScope()
         self.shut_down = False
         self._send = send
         self._client_tasks: TaskRequestor | None = None
@@ -159,6 +168,7 @@ class Stateless:
         client: str | None = None,
         send: Send,
         caller: Caller | None = None,
+        cancel_scope: trio.CancelScope | None = None,
     ) -> tuple[bytes, int | None]:
         """Serve one modern-era request in the caller's Trio task: its encoded answer, and the
         JSON-RPC error code that answer carries (None for a result).
@@ -170,6 +180,10 @@ class Stateless:
         to abandon the request: its work is cancelled. ``caller``: who makes the request, as
         its tools see it (``ctx.identity``, ``ctx.scopes``, ``ctx.headers``; a task it creates
         keeps it); default the context's :data:`~trio_mcp.transports.security.current_caller`.
+        ``cancel_scope``: the (not yet entered) scope to serve in, default a new one: its owner
+        may cancel it to abandon the request (e.g. its client went away) without a scope of
+        its own around the call; the request's work is cancelled, it counts as dropped, and
+        the answer returned (:data:`ABANDONED`) is for nobody.
         """
         request = InboundRequest(message, self.service.request_observer)
         read = self._refused(message)
@@ -182,7 +196,7 @@ class Stateless:
             return _encoded(message.id, read), read.code
         command, scope, handler = read
         serving = request.serving = serving_of(command, modern=True)
-        exchange = _Exchange(self, owner, client, send)
+        exchange = _Exchange(self, owner, client, send, cancel_scope)
         self._serving.add(exchange)
         token = current_request.set(request)
         caller_token = current_caller.set(caller) if caller is not None else None
@@ -202,8 +216,10 @@ class Stateless:
                     )
                 else:
                     data, error = await answer_of(request, lambda: handler(exchange, command, scope, request))
-            if exchange.shut_down or data is None:  # only shutdown cancels the scope
+            if exchange.shut_down:
                 data, error = _encoded(message.id, SHUTTING_DOWN), SHUTTING_DOWN.code
+            elif data is None:  # the owner of cancel_scope abandoned it
+                return _encoded(message.id, ABANDONED), ABANDONED.code
             request.answered(error)
             request.written()  # handed to the caller: the answer's transport
             return data, error

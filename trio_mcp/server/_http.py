@@ -219,6 +219,9 @@ class _Exchange:
         """What the verifier said of the request's bearer token (None: no verifier)."""
         self.watched: trio.CancelScope | None = None
         """What a disconnect cancels, while the request is served (see :class:`_Watches`)."""
+        self.reminder: Callable[[], None] | None = None
+        """Called when the request's time in :attr:`_Watches.pending` is up, instead of
+        starting its watch (see :meth:`_Watches.remind`)."""
         self._watching: trio.CancelScope | None = None
 
     def start_watch(self, nursery: trio.Nursery) -> None:
@@ -365,7 +368,12 @@ class _Watches:
                     if due > now:
                         break
                     del pending[exchange]
-                    exchange.start_watch(nursery)
+                    reminder = exchange.reminder
+                    if reminder is not None:
+                        exchange.reminder = None
+                        reminder()
+                    else:
+                        exchange.start_watch(nursery)
                 if pending:
                     idle = 0.0
                     await trio.sleep_until(next(iter(pending.values())))
@@ -379,46 +387,70 @@ class _Watches:
         finally:
             self.nursery = None
 
-    async def watched(
-        self, exchange: _Exchange, work: Callable[[], Awaitable[None]], *, at_once: bool = False
-    ) -> bool:
-        """Run ``work`` in the calling task; cancel it if the client disconnects first (noticed
-        from :data:`WATCH_AFTER` seconds on, or ``at_once``: an SSE stream's, whose events
-        must not count as delivered to a client that has gone). True if it ran to its end."""
-        if exchange.disconnected.is_set():
-            return False
-        if at_once and self.nursery is not None:
-            scope = exchange.watched = trio.CancelScope()
-            exchange.start_watch(self.nursery)
-            try:
-                with scope:
-                    await work()
-                    return True
-                return False
-            finally:
-                exchange.stop_watch()
-        if self.nursery is None:  # the app is stopping: watch at once, in a nursery of our own
-            async with trio.open_nursery() as nursery:
-                scope = exchange.watched = trio.CancelScope()
-                exchange.start_watch(nursery)
-                try:
-                    with scope:
-                        await work()
-                        return True
-                    return False
-                finally:
-                    exchange.stop_watch()
-        scope = exchange.watched = trio.CancelScope()
+    def remind(self, exchange: _Exchange, reminder: Callable[[], None]) -> None:
+        """Call ``reminder`` once :data:`WATCH_AFTER` seconds have passed, unless
+        :meth:`forget` comes first (a timer that costs no cancel scope)."""
+        exchange.reminder = reminder
         self.pending[exchange] = trio.current_time() + WATCH_AFTER
         parked = self._parked
         if parked is not None:
             self._parked = None
             parked.set()
+
+    def forget(self, exchange: _Exchange) -> None:
+        self.pending.pop(exchange, None)
+        exchange.reminder = None
+
+    async def watched(
+        self,
+        exchange: _Exchange,
+        work: Callable[[], Awaitable[None]],
+        *,
+        at_once: bool = False,
+        scope: trio.CancelScope | None = None,
+    ) -> bool:
+        """Run ``work`` in the calling task; cancel it if the client disconnects first (noticed
+        from :data:`WATCH_AFTER` seconds on, or ``at_once``: an SSE stream's, whose events
+        must not count as delivered to a client that has gone). True if it ran to its end.
+
+        ``scope``: the scope ``work`` runs in, entered by ``work`` itself (a cancel scope costs
+        as much as a small request: a request that has one anyway lends it): a disconnect
+        cancels that one."""
+        if exchange.disconnected.is_set():
+            return False
+        watching = scope if scope is not None else trio.CancelScope()
+        nursery = self.nursery
+        if nursery is None:  # the app is stopping: watch at once, in a nursery of our own
+            async with trio.open_nursery() as own:
+                return await self._watch(exchange, work, watching, scope is None, own)
+        return await self._watch(exchange, work, watching, scope is None, nursery if at_once else None)
+
+    async def _watch(
+        self,
+        exchange: _Exchange,
+        work: Callable[[], Awaitable[None]],
+        watching: trio.CancelScope,
+        enter: bool,
+        now_in: trio.Nursery | None,
+    ) -> bool:
+        exchange.watched = watching
+        if now_in is not None:
+            exchange.start_watch(now_in)
+        else:
+            self.pending[exchange] = trio.current_time() + WATCH_AFTER
+            parked = self._parked
+            if parked is not None:
+                self._parked = None
+                parked.set()
         try:
-            with scope:
+            if enter:
+                with watching:
+                    await work()
+            else:
                 await work()
-                return True
-            return False  # the watcher cancelled the work (mypy: the scope absorbs it)
+            # (a scope lent may have been cancelled by someone else, e.g. a shutdown: only a
+            # disconnect makes the answer pointless)
+            return not exchange.disconnected.is_set()
         finally:
             self.pending.pop(exchange, None)
             exchange.stop_watch()
@@ -1353,16 +1385,17 @@ class McpHttpApp:
         caller = exchange.caller(identity)
         answer = _ModernAnswer(exchange, self.keepalive_interval, self._nursery)
         served: list[tuple[bytes, int | None]] = []
+        scope = trio.CancelScope()  # serve_one's, which a disconnect cancels
 
         async def serve() -> None:
             served.append(
                 await runtime.stateless.serve_one(
-                    message, owner=owner, client=client, send=answer.send, caller=caller
+                    message, owner=owner, client=client, send=answer.send, caller=caller, cancel_scope=scope
                 )
             )
 
         try:
-            if await self._watches.watched(exchange, serve):
+            if await self._watches.watched(exchange, serve, scope=scope):
                 await answer.finish(*served[0])
             else:
                 log.debug("modern request %r cancelled: the client closed its response", message.id)
@@ -1541,8 +1574,11 @@ class McpHttpApp:
             await exchange.error(404, "Session not found")
             return
         if stream.answer is None and not stream.events and not stream.finished and not session.closed:
-            with trio.move_on_after(WATCH_AFTER):
+            self._watches.remind(exchange, stream.wake)  # past the grace: woken to go SSE
+            try:
                 await stream.changed.wait()
+            finally:
+                self._watches.forget(exchange)
         stream.undecided = False
         answer, stream.answer = stream.answer, None
         if answer is not None:

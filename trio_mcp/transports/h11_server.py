@@ -8,14 +8,18 @@ protocol: whoever serves the application opens its context (``McpHttpApp.running
 What it guarantees:
 
 - **One Trio task per connection**, none per request: a request is served in its
-  connection's task, and keep-alive is one deadline per connection (a Trio cancel scope whose
-  deadline is moved), never a timer task.
+  connection's task. Its deadlines cost no timer per request: a connection's head and body
+  deadlines are one cancel scope, moved only when a head or body does not arrive whole with
+  its first read; keep-alive and write deadlines are kept by one timekeeper task of the
+  server's, which ticks (at most once a second) only while connections are idle or writing.
 - **Deadlines.** A request's head must arrive within ``header_timeout`` of its first byte (and
   a new connection's first request, TLS handshake included, within ``header_timeout`` of the
   accept), its body within ``body_timeout`` of its head; past either the answer is **408** and
-  the connection is closed. A keep-alive connection idle for ``keepalive_timeout`` is closed.
-  A write that makes no progress for ``write_timeout`` (a peer that does not read) ends the
-  connection; the application sees :class:`ClientDisconnected` from ``send``.
+  the connection is closed. A keep-alive connection idle for ``keepalive_timeout`` is closed
+  (within a second more).
+  A write that has not finished ``write_timeout`` seconds after it began (a peer that does not
+  read) ends the connection, within a second more; the application sees
+  :class:`ClientDisconnected` from ``send``.
 - **Sizes.** A request head larger than ``max_header_size`` gets **431**, a body larger than
   ``max_body_size`` **413** (both close the connection).
 - **Connections.** At most ``max_connections`` at once and ``max_connections_per_address``
@@ -88,6 +92,8 @@ READ_AHEAD_LIMIT = 65536
 DISCARD_LIMIT = 65536
 """Bytes of an unread request body read and dropped to keep a connection alive."""
 RETRY_AFTER = "1"
+TIMEKEEPER_PARK_TICKS = 8
+"""Ticks with no connection idle or writing after which the timekeeper sleeps until there is."""
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -178,12 +184,14 @@ class H11Server:
         """When a request was last answered 503 for the drain (Trio time)."""
         self.connections: dict[_Connection, None] = {}
         """Open connections, oldest first."""
-        self._idle: dict[_Connection, None] = {}  # waiting for their next request, longest first
+        self._idle: dict[_Connection, float] = {}  # waiting for their next request since, longest first
         self._per_address: dict[str, int] = {}
         self._accepting = trio.CancelScope()
         self._all = trio.CancelScope()
         self.in_progress = 0
         """Requests being served by the application now."""
+        self._writing: dict[_Connection, float] = {}  # writes in progress, and when each must end
+        self._watchdog: trio.Event | None = None  # set to wake the timekeeper once parked
 
     @property
     def scheme(self) -> str:
@@ -199,6 +207,7 @@ class H11Server:
         which makes it return)."""
         with self._all:
             async with trio.open_nursery() as connections:
+                connections.start_soon(self._keep_time)
                 with self._accepting:
                     async with trio.open_nursery() as accepters:
                         for listener in listeners:
@@ -208,6 +217,44 @@ class H11Server:
                     with trio.CancelScope(shield=True):
                         await listener.aclose()
                 await trio.sleep_forever()  # draining: the connections go on until close()
+
+    async def _keep_time(self) -> None:
+        """The deadlines no request pays a timer for: end a connection idle longer than
+        ``keepalive_timeout``, or whose write has outlasted ``write_timeout``. It ticks while
+        connections are idle or writing, and sleeps once there are none (they wake it)."""
+        tick = min(1.0, self.write_timeout / 2, self.keepalive_timeout / 2)
+        quiet = 0
+        writing = self._writing
+        idle = self._idle
+        while True:
+            now = trio.current_time()
+            if writing:
+                for connection, due in list(writing.items()):
+                    if due <= now:
+                        del writing[connection]
+                        connection.write_expired()
+            while idle:
+                connection, since = next(iter(idle.items()))
+                if since + self.keepalive_timeout > now:
+                    break
+                del idle[connection]
+                connection.evict()
+            if writing or idle:
+                quiet = 0
+            elif quiet >= TIMEKEEPER_PARK_TICKS:
+                self._watchdog = parked = trio.Event()
+                await parked.wait()
+                quiet = 0
+                continue
+            else:
+                quiet += 1
+            await trio.sleep(tick)
+
+    def _wake_timekeeper(self) -> None:
+        watchdog = self._watchdog
+        if watchdog is not None:
+            self._watchdog = None
+            watchdog.set()
 
     def drain(self) -> None:
         """Stop accepting; answer new requests on open connections 503 + ``Retry-After``."""
@@ -393,6 +440,7 @@ class _Connection:
         "reader",
         "server",
         "stream",
+        "too_slow",
         "watch_done",
         "watch_scope",
     )
@@ -417,6 +465,7 @@ class _Connection:
         self.watch_done: trio.Event | None = None
         self.reader: trio.Nursery | None = None  # TLS only: runs the disconnect watcher's reads
         self.pending: trio.Event | None = None  # set when that read is done
+        self.too_slow = False  # a write outlasted write_timeout: the socket was closed under it
 
     # -- control from the server ---------------------------------------------------------------
     def evict(self) -> None:
@@ -534,8 +583,12 @@ class _Connection:
                 if conn.trailing_data[0]:  # part of a next head is here already
                     self.deadline.deadline = trio.current_time() + server.header_timeout
                 else:
-                    self.deadline.deadline = trio.current_time() + server.keepalive_timeout
-                    server._idle[self] = None
+                    # idle: the timekeeper ends it after keepalive_timeout (no timer of its own)
+                    if self.deadline.deadline != math.inf:  # left by a body read to its end
+                        self.deadline.deadline = math.inf
+                    server._idle[self] = trio.current_time()
+                    if server._watchdog is not None:
+                        server._wake_timekeeper()
                     try:
                         if not await self._receive():
                             return None
@@ -606,7 +659,8 @@ class _Connection:
             return False
         cycle = _Cycle(self, request.method == b"HEAD")
         if self._buffered_body(cycle):  # the whole body is here already (the common case)
-            self.deadline.deadline = math.inf
+            if self.deadline.deadline != math.inf:  # a first request's, or a slow head's
+                self.deadline.deadline = math.inf
         else:
             self.deadline.deadline = trio.current_time() + server.body_timeout
         server.in_progress += 1
@@ -788,20 +842,37 @@ class _Connection:
     # -- writing ---------------------------------------------------------------------------------
     async def write(self, data: bytes) -> None:
         """Write ``data``; :class:`ClientDisconnected` if the connection broke or the client
-        does not read within ``write_timeout``."""
+        does not read within ``write_timeout`` (the server's watchdog closes the socket)."""
         if self.gone:
             raise ClientDisconnected("the client has gone")
-        with trio.move_on_after(self.server.write_timeout) as slow:
-            try:
-                await self.stream.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                self.gone = True
-                raise ClientDisconnected("the client has gone") from exc
-        if slow.cancelled_caught:
+        server = self.server
+        server._writing[self] = trio.current_time() + server.write_timeout
+        if server._watchdog is not None:
+            server._wake_timekeeper()
+        try:
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self.gone = True
-            log.info("HTTP client %s does not read: connection closed", self.client)
+            if self.too_slow:
+                log.info("HTTP client %s does not read: connection closed", self.client)
+                self.deadline.cancel()
+                raise ClientDisconnected("the client does not read") from exc
+            raise ClientDisconnected("the client has gone") from exc
+        finally:
+            server._writing.pop(self, None)
+
+    def write_expired(self) -> None:
+        """The write in progress outlasted ``write_timeout``: close the socket under it (the
+        writer gets :class:`ClientDisconnected`)."""
+        self.too_slow = self.gone = True
+        stream = self.stream
+        if isinstance(stream, trio.SSLStream):
+            stream = stream.transport_stream
+        sock = getattr(stream, "socket", None)
+        if sock is not None:
+            sock.close()  # wakes the blocked send with ClosedResourceError
+        else:
             self.deadline.cancel()
-            raise ClientDisconnected("the client does not read")
 
 
 def listener_addresses(listeners: Iterable[trio.abc.Listener[Any]]) -> list[tuple[str, int]]:
