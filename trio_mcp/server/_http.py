@@ -56,7 +56,7 @@ from typing import Any, Literal, NoReturn
 
 import trio
 
-from ..protocol import jsonrpc
+from ..protocol import _json, jsonrpc
 from ..protocol.errors import (
     HEADER_MISMATCH,
     INTERNAL_ERROR,
@@ -206,12 +206,12 @@ class _Exchange:
         self.headers: dict[str, list[str]] = {}
         headers = self.headers
         for raw_name, raw_value in scope.get("headers") or ():
-            name = (raw_name if type(raw_name) is bytes else bytes(raw_name)).decode("latin-1").lower()
-            value = (raw_value if type(raw_value) is bytes else bytes(raw_value)).decode("latin-1")
-            if name in headers:
-                headers[name].append(value)
+            name = raw_name.decode("latin-1").lower()  # bytes (or a bytearray) in ASGI
+            found = headers.get(name)
+            if found is None:
+                headers[name] = [raw_value.decode("latin-1")]
             else:
-                headers[name] = [value]
+                found.append(raw_value.decode("latin-1"))
         self.started = False
         self.finished = False
         self.disconnected = trio.Event()
@@ -577,9 +577,9 @@ class _Session:
         return self.streams[GET_STREAM]
 
     def use(self) -> None:
-        """A request of the session's begins (pair with :meth:`done`): it is not idle."""
+        """A request of the session's begins (pair with :meth:`done`): it is not idle (an
+        idle session is one with no request in progress since :attr:`last_seen`)."""
         self.active += 1
-        self.last_seen = trio.current_time()
 
     def done(self) -> None:
         self.active -= 1
@@ -675,7 +675,7 @@ class _Session:
 
     def route(self, data: bytes) -> None:
         try:
-            message = json.loads(data)
+            message = _json.loads(data)
         except ValueError:
             message = None
         target = self.get_stream
@@ -1700,7 +1700,7 @@ def _id_of(body: bytes) -> jsonrpc.RequestId | None:
     """The id of the request in ``body`` if it has a valid one (for an error answered before
     the body is parsed as JSON-RPC), else None."""
     try:
-        message = json.loads(body)
+        message = _json.loads(body)
     except ValueError:
         return None
     found = message.get("id") if isinstance(message, dict) else None
@@ -1710,7 +1710,7 @@ def _id_of(body: bytes) -> jsonrpc.RequestId | None:
 def _classify(data: bytes) -> tuple[str, int | None]:
     """("response", error code or None) / ("request", None) / ("notification", None)."""
     try:
-        message = json.loads(data)
+        message = _json.loads(data)
     except ValueError:
         return "notification", None
     if not isinstance(message, dict):

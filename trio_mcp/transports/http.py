@@ -180,6 +180,10 @@ def accepts(values: Sequence[str], *types: str) -> bool:
     return True
 
 
+HOST_CACHE_SIZE = 256
+"""``Host`` values a :func:`host_check` predicate remembers its answer for."""
+
+
 def _split_host(text: str) -> tuple[str, int | None] | None:
     """``host[:port]`` / ``[v6]:port`` → (lower-case host, port or None); None if malformed."""
     text = text.strip().lower()
@@ -225,12 +229,21 @@ def host_check(patterns: Iterable[str] | Callable[[str], bool] | None) -> Callab
             raise ValueError(f"not a host pattern: {entry!r} (expected host, host:port or host:*)")
         rules.append(parsed)
 
+    decided: dict[str, bool] = {}  # the Host values seen, and what was decided for each
+
     def check(value: str) -> bool:
+        known = decided.get(value)
+        if known is not None:
+            return known
         parsed = _split_host(value)
         if parsed is None:
-            return False
-        host, port = parsed
-        return any(host == r_host and (r_port is None or r_port == port) for r_host, r_port in rules)
+            allowed = False
+        else:
+            host, port = parsed
+            allowed = any(host == r_host and (r_port is None or r_port == port) for r_host, r_port in rules)
+        if len(decided) < HOST_CACHE_SIZE:  # (a client sending many Host values is decided anew)
+            decided[value] = allowed
+        return allowed
 
     return check
 
