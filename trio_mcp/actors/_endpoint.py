@@ -120,7 +120,12 @@ class Endpoint:
         return self._outbound_bytes
 
     # -- outgoing -------------------------------------------------------------------------
-    def post(self, data: bytes, on_written: Callable[[], None] | None = None) -> bool:
+    def post(
+        self,
+        data: bytes,
+        on_written: Callable[[], None] | None = None,
+        answer_to: jsonrpc.RequestId | None = None,
+    ) -> bool:
         """Queue one encoded message, never waiting. False (and nothing queued) once the
         connection is closed; past ``max_outbound_bytes`` the peer is not reading and the
         connection is closed."""
@@ -133,7 +138,7 @@ class Endpoint:
             if on_written is not None:
                 on_written()
             try:
-                direct.send_nowait(data)
+                direct.send_nowait(data, answer_to)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self.closed = True
                 self.abort()

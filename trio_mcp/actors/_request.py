@@ -93,7 +93,10 @@ class InboundRequest:
         return context.run(fn, *args)
 
     def queue(
-        self, post: Callable[[bytes, Callable[[], None] | None], bool], data: bytes, code: int | None
+        self,
+        post: Callable[[bytes, Callable[[], None] | None, jsonrpc.RequestId], bool],
+        data: bytes,
+        code: int | None,
     ) -> bool:
         """Answer: queue ``data`` with ``post`` (the request is its ``on_written``), marking
         it answered (``code``: the error it carries); False, and dropped, if ``post``
@@ -106,7 +109,7 @@ class InboundRequest:
         # Its own on_written only when something waits for the write (nothing, for most
         # quick answers: no callback to run then).
         needed = observer is not None or self.after_written is not None or self.hidden is not None
-        if post(data, self if needed else None):
+        if post(data, self if needed else None, self.message.id):
             return True
         self.after_written = None
         self.dropped()

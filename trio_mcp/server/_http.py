@@ -598,8 +598,11 @@ class _Session:
     async def send(self, message: bytes) -> None:
         self.route(message)
 
-    def send_nowait(self, message: bytes) -> None:
-        self.route(message)
+    def send_nowait(self, message: bytes, answer_to: jsonrpc.RequestId | None = None) -> None:
+        if answer_to is None:
+            self.route(message)
+        else:
+            self.route_answer(answer_to, message)
 
     async def aclose(self) -> None:
         self.close()
@@ -673,29 +676,37 @@ class _Session:
                 del self._by_token[token]
             holder.wake()
 
+    def route_answer(self, request_id: jsonrpc.RequestId | None, data: bytes) -> None:
+        """Route ``data``, the response to ``request_id``: to the POST that carried the
+        request (its waiter, or its stream), else to the GET stream."""
+        holder = self._by_request.pop(request_id, None) if isinstance(request_id, int | str) else None
+        if isinstance(holder, _Waiter):
+            holder.data = data
+            holder.done.set()
+            return
+        target = self.get_stream
+        if isinstance(holder, _Stream):
+            holder.finished = True
+            if self._by_token:
+                for token in [t for t, s in self._by_token.items() if s is holder]:
+                    del self._by_token[token]
+            if holder.undecided and not holder.events:  # nothing before it: plain JSON
+                holder.answer = data
+                holder.wake()
+                return
+            target = holder
+        self._append(target, data)
+
     def route(self, data: bytes) -> None:
+        """Route one message the session sends (see :meth:`route_answer` for a response)."""
         try:
             message = _json.loads(data)
         except ValueError:
             message = None
         target = self.get_stream
         if isinstance(message, dict) and "method" not in message:  # a response
-            request_id = message.get("id")
-            holder = self._by_request.pop(request_id, None) if isinstance(request_id, int | str) else None
-            if isinstance(holder, _Waiter):
-                holder.data = data
-                holder.done.set()
-                return
-            if isinstance(holder, _Stream):
-                holder.finished = True
-                if self._by_token:
-                    for token in [t for t, s in self._by_token.items() if s is holder]:
-                        del self._by_token[token]
-                if holder.undecided and not holder.events:  # nothing before it: plain JSON
-                    holder.answer = data
-                    holder.wake()
-                    return
-                target = holder
+            self.route_answer(message.get("id"), data)
+            return
         elif isinstance(message, dict) and "id" in message:  # a server→client request
             if target.consumer is None:
                 for stream in reversed(self.streams.values()):

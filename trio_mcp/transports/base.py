@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from ..protocol.jsonrpc import Received
+from ..protocol.jsonrpc import Received, RequestId
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
@@ -87,6 +87,8 @@ class DirectTransport(Transport, Protocol):
 
     def attach(self, receiver: Receiver) -> None: ...
 
-    def send_nowait(self, message: bytes) -> None:
-        """Take one encoded message; ``trio.ClosedResourceError`` once closed."""
+    def send_nowait(self, message: bytes, answer_to: RequestId | None = None) -> None:
+        """Take one encoded message — the answer to request ``answer_to``, when the sender
+        knows it is one (so that it need not be parsed again to be routed);
+        ``trio.ClosedResourceError`` once closed."""
         ...
