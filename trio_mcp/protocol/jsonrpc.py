@@ -16,6 +16,7 @@ from ._frozen import slot_builder
 from .errors import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
 
 __all__ = [
+    "NOTIFICATION_PREFIX",
     "ErrorObject",
     "ErrorResponse",
     "InvalidMessage",
@@ -212,6 +213,18 @@ def encode_request(id: RequestId, method: str, params: dict[str, Any] | None = N
     if params is not None:
         msg["params"] = params
     return _dumps(msg)
+
+
+NOTIFICATION_PREFIX = b'{"jsonrpc":"2.0","method":'
+"""The bytes every notification this module encodes begins with, and no request or response
+it encodes does (they have their ``id`` first): a router can tell a notification, and which
+method, without parsing it.
+
+>>> encode_notification("notifications/x").startswith(NOTIFICATION_PREFIX)
+True
+>>> encode_request(1, "ping").startswith(NOTIFICATION_PREFIX)
+False
+"""
 
 
 def encode_notification(method: str, params: dict[str, Any] | None = None) -> bytes:

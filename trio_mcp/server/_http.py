@@ -162,6 +162,7 @@ response before its answer becomes an SSE stream (primed, so that it can be resu
 PARK_AFTER = 1.0
 """Seconds without a request after which the disconnect watches' task sleeps until the next."""
 GET_STREAM = "g"
+_PROGRESS = jsonrpc.NOTIFICATION_PREFIX + b'"notifications/progress"'
 CANCELLED = "notifications/cancelled"
 INITIALIZED = "notifications/initialized"
 PRESSURE_IDLE = 10.0
@@ -699,6 +700,9 @@ class _Session:
 
     def route(self, data: bytes) -> None:
         """Route one message the session sends (see :meth:`route_answer` for a response)."""
+        if data.startswith(jsonrpc.NOTIFICATION_PREFIX) and not data.startswith(_PROGRESS):
+            self._append(self.get_stream, data)  # a notification for the GET stream: no parse
+            return
         try:
             message = _json.loads(data)
         except ValueError:
