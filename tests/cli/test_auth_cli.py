@@ -167,6 +167,21 @@ async def test_login_then_call_with_the_stored_tokens_status_and_logout(tmp_path
         assert code == 3 and "trio-mcp auth login" in err
 
 
+async def test_a_failed_login_keeps_the_tokens_stored_before(tmp_path: Path) -> None:
+    async with protected() as (url, auth):
+        assert (await login(tmp_path, url))[0] == 0
+        token_file = tmp_path / "trio-mcp" / "oauth.json"
+        before = json.loads(token_file.read_text())[url]
+        # Logging in again, and nobody comes back from the browser: the login fails...
+        code, _out, err = await run(tmp_path, "auth", "login", url, "--no-browser", "--timeout", "1s")
+        assert code != 0 and "Logged in" not in err
+        # ...and what was stored is still there, and still works.
+        assert json.loads(token_file.read_text())[url] == before
+        code, out, err = await run(tmp_path, "call", url, "whoami")
+        assert (code, out.strip()) == (0, "you"), err
+        assert len(auth.authorizations) == 1
+
+
 def test_auth_commands_document_themselves_and_reject_non_http_urls() -> None:
     runner = CliRunner()
     for command in (["auth"], ["auth", "login"], ["auth", "status"], ["auth", "logout"]):

@@ -1331,7 +1331,7 @@ def auth_login(url: str, no_browser: bool, port: int, timeout: int) -> None:
       trio-mcp auth login http://127.0.0.1:8000/mcp --no-browser --port 8765
     """
     from ..client.auth import FileTokenStore, canonical_resource
-    from .auth import describe, login_oauth, registered_port, when
+    from .auth import StagedLogin, describe, login_oauth, when
     from .runner import _open_http
 
     target = _http_url(url)
@@ -1339,19 +1339,15 @@ def auth_login(url: str, no_browser: bool, port: int, timeout: int) -> None:
     async def body(interrupts: Interrupts) -> int:
         store = FileTokenStore()
         key = canonical_resource(target)
-        record = await store.load(key)
-        if record is not None:  # a fresh login; the client registration is kept if it fits --port
-            record.pop("tokens", None)
-            if registered_port(record) not in (None, port):
-                record.pop("clients", None)  # registered for another redirect URI: register anew
-            await store.save(key, record)
-        oauth = login_oauth(port=port, browser=not no_browser, store=store, timeout=timeout / 1000)
+        # What is stored stays as it is until the new tokens arrive (a failed login keeps it).
+        staged = StagedLogin(store, key, port)
+        oauth = login_oauth(port=port, browser=not no_browser, store=staged, timeout=timeout / 1000)
         # The handshake waits for the browser: longer than the authorizer, whose error says why.
         async with _open_http(target, token=None, connect_timeout=timeout / 1000 + 30, auth=oauth):
             pass
-        record = await store.load(key)
+        record = await staged.commit()
         err = stderr_console()
-        if not record or not (record.get("tokens") or {}).get("access_token"):
+        if not record:
             err.print(f"{escape(target)} did not ask for authorization: nothing to store.")
             return ExitCode.OK
         shown = describe(key, record)

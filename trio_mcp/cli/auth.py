@@ -7,6 +7,7 @@ mode 0600), keyed by the MCP server's canonical URL."""
 from __future__ import annotations
 
 import datetime
+import json
 import re
 import sys
 import time
@@ -21,12 +22,14 @@ from ..client.auth import (
     FileTokenStore,
     LoopbackAuthorizer,
     OAuth,
+    TokenStore,
     canonical_resource,
     parse_www_authenticate,
 )
 
 __all__ = [
     "LoginNeeded",
+    "StagedLogin",
     "announce_url",
     "asks_for_oauth",
     "describe",
@@ -55,7 +58,57 @@ def announce_url(url: str, *, browser: bool) -> None:
             pass
 
 
-def login_oauth(*, port: int, browser: bool, store: FileTokenStore, timeout: float) -> OAuth:
+class StagedLogin:
+    """The token store of ``auth login``: it starts the login from ``key``'s stored record
+    without its tokens (and without client registrations made for another ``port``), and
+    keeps what the login obtains apart from the real store until :meth:`commit`: a login that
+    fails or is interrupted leaves what was stored before as it was. Other keys pass through.
+    """
+
+    def __init__(self, store: TokenStore, key: str, port: int) -> None:
+        self.store = store
+        self.key = key
+        self.port = port
+        self._staged: dict[str, Any] | None = None
+        self._started = False
+
+    async def load(self, key: str) -> dict[str, Any] | None:
+        if key != self.key:
+            return await self.store.load(key)
+        if not self._started:
+            self._started = True
+            record = await self.store.load(key)
+            if record is not None:  # a fresh login; the registration is kept if it fits the port
+                record.pop("tokens", None)
+                if registered_port(record) not in (None, self.port):
+                    record.pop("clients", None)  # registered for another redirect URI: register anew
+            self._staged = record
+        return json.loads(json.dumps(self._staged)) if self._staged is not None else None
+
+    async def save(self, key: str, record: dict[str, Any]) -> None:
+        if key != self.key:
+            await self.store.save(key, record)
+            return
+        self._started = True
+        self._staged = json.loads(json.dumps(record))
+
+    async def delete(self, key: str) -> None:
+        if key != self.key:
+            await self.store.delete(key)
+            return
+        self._started = True
+        self._staged = None
+
+    async def commit(self) -> dict[str, Any] | None:
+        """Store what the login obtained (if it obtained tokens): the new record, or None."""
+        staged = self._staged
+        if not staged or not (staged.get("tokens") or {}).get("access_token"):
+            return None
+        await self.store.save(self.key, staged)
+        return staged
+
+
+def login_oauth(*, port: int, browser: bool, store: TokenStore, timeout: float) -> OAuth:
     """The OAuth of ``auth login``: the browser and a loopback redirect on ``port``."""
     authorizer = LoopbackAuthorizer(
         port=port, open_url=lambda url: announce_url(url, browser=browser), timeout=timeout
