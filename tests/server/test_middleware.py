@@ -586,3 +586,37 @@ def test_no_middleware_means_none_is_consulted() -> None:
     assert len(server.middleware_chain.requests) == len(server.middleware_chain.tools) == 1
     with pytest.raises(TypeError):
         server.add_middleware(42)
+
+
+async def test_over_http_the_session_id_is_the_mcp_session_id() -> None:
+    """Middleware and telemetry name a Streamable HTTP session alike: by its Mcp-Session-Id."""
+    import httpx
+
+    from trio_mcp.server import serve_http
+
+    server = Server("ids")
+    seen: list[str | None] = []
+
+    @server.middleware
+    async def record(request: RequestInfo, call_next: CallNext) -> dict[str, Any]:
+        seen.append(request.session_id)
+        return await call_next()
+
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+    with trio.fail_after(10):
+        async with server.open() as runtime, trio.open_nursery() as nursery:
+            port = await nursery.start(serve_http, runtime, "127.0.0.1", 0)
+            url = f"http://127.0.0.1:{port}/mcp"
+            async with httpx.AsyncClient() as http:
+                body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+                opened = await http.post(url, json=body, headers=headers)
+                session = opened.headers["mcp-session-id"]
+                listed = await http.post(
+                    url,
+                    json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                    headers={**headers, "mcp-session-id": session, "mcp-protocol-version": "2025-11-25"},
+                )
+                assert listed.status_code == 200
+            nursery.cancel_scope.cancel()
+    assert seen == [session, session]

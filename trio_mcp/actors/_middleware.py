@@ -78,7 +78,9 @@ class RequestInfo:
     client: str | None = None
     """The client's network address, where the transport knows it."""
     session_id: str | None = None
-    """The connection's session (None for a stateless 2026-07-28 HTTP request)."""
+    """The connection's session: its ``Mcp-Session-Id`` over Streamable HTTP (as telemetry's
+    ``mcp.session.id``), ``session-N`` over stdio and WebSocket; None for a stateless
+    2026-07-28 request."""
     state: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
     """Scratch space for this request's middleware and its tool call's hooks."""
 

@@ -162,8 +162,10 @@ class SessionActor(Endpoint):
 
     @property
     def session_id(self) -> str:
-        """This connection's session, as middleware is told: its actor's name."""
-        return self.name
+        """This connection's session, as middleware is told: the MCP session id where the
+        transport has one (Streamable HTTP's ``Mcp-Session-Id``, as telemetry's
+        ``mcp.session.id``), else the actor's name (``session-N``: stdio, WebSocket)."""
+        return self.mcp_session_id or self.name
 
     @property
     def mcp_session_id(self) -> str | None:
@@ -309,7 +311,7 @@ class SessionActor(Endpoint):
             command, scope = read
             era = scope.era
             version = scope.version if isinstance(scope, ModernScope) else self.dialect.version
-        info = request_info(request, command, era, version, self.owner, self.receiver.client, self.name)
+        info = request_info(request, command, era, version, self.owner, self.receiver.client, self.session_id)
         if command is None:
             assert isinstance(read, ErrorValue)
             error = read
