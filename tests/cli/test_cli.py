@@ -23,6 +23,7 @@ import struct
 import subprocess
 import sys
 import termios
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,7 +49,14 @@ from trio_mcp.cli.parsing import (
     parse_tool_arguments,
 )
 from trio_mcp.cli.render import result_lines
-from trio_mcp.protocol.messages import CallToolResult, ElicitRequestParams, ElicitResult, TextContent, Tool
+from trio_mcp.protocol.messages import (
+    CallToolResult,
+    ElicitRequestParams,
+    ElicitResult,
+    ElicitUrlRequestParams,
+    TextContent,
+    Tool,
+)
 from trio_mcp.transports.stdio import open_subprocess_transport
 
 REPO = Path(__file__).resolve().parents[2]
@@ -813,3 +821,67 @@ def test_an_unknown_store_is_a_usage_error() -> None:
     result = invoke("serve", f"{DEMO_FILE}:server", "--store", "postgres://nope")
     assert result.exit_code == ExitCode.USAGE
     assert "unknown task store" in result.output
+
+
+# ------------------------------------------------------------------ elicitation: a URL to open
+async def test_the_elicitor_opens_a_url_only_with_consent(monkeypatch: pytest.MonkeyPatch) -> None:
+    import webbrowser
+
+    opened: list[str] = []
+    monkeypatch.setattr(webbrowser, "open", lambda url: opened.append(url) or True)
+    err = io.StringIO()
+    elicitor = TerminalElicitor(Console(file=err, width=200), stdin=io.StringIO("y\nno\n"))
+    page = "https://auth.example/connect?state=abc"
+    with trio.fail_after(5):
+        assert await elicitor.url(ElicitUrlRequestParams("Connect your account", page)) == ElicitResult(
+            "accept"
+        )
+        assert await elicitor.url(ElicitUrlRequestParams("Again", page)) == ElicitResult("decline")
+        assert await elicitor.url(ElicitUrlRequestParams("At the end", page)) == ElicitResult("decline")
+        # not a web page: shown, declined, nothing asked or opened
+        assert await elicitor.url(ElicitUrlRequestParams("Run", "file:///etc/passwd")) == ElicitResult(
+            "decline"
+        )
+        await elicitor.withdraw()
+        assert await elicitor.url(ElicitUrlRequestParams("Too late", page)) == ElicitResult("cancel")
+    assert opened == [page]  # once: only where the user said yes
+    transcript = err.getvalue()
+    assert transcript.startswith(
+        f"? The server asks you to open a page: Connect your account\n  {page}\n  (on auth.example)\n"
+        "  Open it in your browser? [y/N]: y\n"
+    )
+    assert transcript.count("→ declined") == 2 and "not an http(s) URL: declined" in transcript
+
+
+def test_call_answers_a_url_elicitation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import webbrowser
+
+    opened: list[str] = []
+    monkeypatch.setattr(webbrowser, "open", lambda url: opened.append(url) or True)
+    server = tmp_path / "urls.py"
+    server.write_text(
+        textwrap.dedent(
+            """
+            from trio_mcp import Context, Server
+
+            server = Server("urls")
+
+            @server.tool()
+            async def connect(ctx: Context) -> str:
+                \"\"\"Send the user to connect an account.\"\"\"
+                answer = await ctx.elicit_url("Connect your account", "https://auth.example/connect")
+                return f"the user chose: {answer.action}"
+
+            if __name__ == "__main__":
+                server.run()
+            """
+        )
+    )
+    target = f"{shlex.quote(PY)} {shlex.quote(str(server))}"
+    result = invoke("call", target, "connect", input="y\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "the user chose: accept\n"
+    assert "asks you to open a page: Connect your account" in result.stderr
+    assert opened == ["https://auth.example/connect"]
+    result = invoke("call", target, "connect", input="")
+    assert result.exit_code == 0 and result.stdout == "the user chose: decline\n"

@@ -783,7 +783,8 @@ def call(
     When the tool asks the user something (elicitation), the question is asked on stderr and
     answered on stdin, one line per field: Enter takes the default or skips an optional
     field, Ctrl-D declines the request, Ctrl-C cancels it (the call or task goes on). Piped
-    stdin answers line by line the same way; at its end the request is declined.
+    stdin answers line by line the same way; at its end the request is declined. A page the
+    tool sends the user to (URL mode) is shown and opened in the browser only on "y".
 
     \b
     Examples:
@@ -810,7 +811,12 @@ def call(
             else TerminalElicitor(stderr_console(), displays=displays, interrupts=interrupts, ready=False)
         )
         async with open_target(
-            target, token=token, connect_timeout=timeout / 1000, on_elicit=elicitor, protocol=protocol
+            target,
+            token=token,
+            connect_timeout=timeout / 1000,
+            on_elicit=elicitor,
+            protocol=protocol,
+            on_elicit_url=elicitor.url if elicitor is not None else None,
         ) as client:
             tool = _find_tool(await client.list_tools(), tool_name)
             arguments = parse_tool_arguments(tool, pairs, json_args)

@@ -28,6 +28,8 @@ import re
 import select
 import sys
 import threading
+import webbrowser
+from collections.abc import Awaitable, Callable
 from typing import Any, TextIO
 from urllib.parse import urlparse
 
@@ -36,7 +38,7 @@ import trio
 from rich.console import Console
 from rich.text import Text
 
-from ..protocol.messages import RELATED_TASK_KEY, ElicitRequestParams, ElicitResult
+from ..protocol.messages import RELATED_TASK_KEY, ElicitRequestParams, ElicitResult, ElicitUrlRequestParams
 from .render import LiveDisplays
 from .runner import Interrupts
 
@@ -453,14 +455,27 @@ class TerminalElicitor:
             pass
 
     async def __call__(self, params: ElicitRequestParams) -> ElicitResult:
+        """A form-mode elicitation: each field asked in turn."""
         await self._ready.wait()
         async with self._lock:
             if self._withdrawn:
                 return ElicitResult(action="cancel")
             with self.displays.pause():
-                return await self._ask(params)
+                return await self._ask(lambda: self._form(params))
 
-    async def _ask(self, params: ElicitRequestParams) -> ElicitResult:
+    async def url(self, params: ElicitUrlRequestParams) -> ElicitResult:
+        """A URL-mode elicitation (the ``on_elicit_url`` handler): the message and the whole
+        URL are shown, and the URL is opened in the user's browser only if they say yes
+        (``accept``; no, or the end of input: ``decline``). The client never fetches it; a URL
+        that is not ``http(s)://`` is shown and declined."""
+        await self._ready.wait()
+        async with self._lock:
+            if self._withdrawn:
+                return ElicitResult(action="cancel")
+            with self.displays.pause():
+                return await self._ask(lambda: self._visit(params))
+
+    async def _ask(self, asking: Callable[[], Awaitable[ElicitResult]]) -> ElicitResult:
         scope = trio.CancelScope()
         self._scope = scope
         interrupts = self.interrupts if self.interactive else None
@@ -468,7 +483,7 @@ class TerminalElicitor:
             interrupts.prompt = scope.cancel
         try:
             with scope:
-                return await self._form(params)
+                return await asking()
         finally:
             self._scope = None
             if interrupts is not None and interrupts.prompt == scope.cancel:
@@ -499,6 +514,33 @@ class TerminalElicitor:
             if value is not Skip.OMIT and field.kind != "confirm":
                 content[field.name] = value
         return ElicitResult(action="accept", content=content)
+
+    async def _visit(self, params: ElicitUrlRequestParams) -> ElicitResult:
+        related = (params.meta or {}).get(RELATED_TASK_KEY)
+        task_id = related.get("taskId") if isinstance(related, dict) else None
+        who = f"Task {task_id}" if task_id else "The server"
+        self.err.print(
+            Text.assemble(("? ", "bold yellow"), (who, "bold"), " asks you to open a page: ", params.message)
+        )
+        target = urlparse(params.url)
+        self.err.print(Text.assemble("  ", (params.url, "underline")))
+        if target.scheme not in ("http", "https") or not target.hostname:
+            self._note("not an http(s) URL: declined", "yellow")
+            return ElicitResult(action="decline")
+        self.err.print(Text.assemble("  (on ", (target.hostname, "bold"), ")"))
+        self.err.print(Text.assemble("  ", ("Open it in your browser? [y/N]", "bold"), ": "), end="")
+        self._mid_line = True
+        raw = await self.reader.readline()
+        if raw is not None and not self.interactive:
+            self.err.print(Text(raw.rstrip("\r\n")), end="")  # the transcript shows what was answered
+        self._end_line()
+        if raw is None or raw.strip().lower() not in ("y", "yes"):
+            self._note("declined", "yellow")
+            return ElicitResult(action="decline")
+        opened = await trio.to_thread.run_sync(webbrowser.open, params.url)
+        if not opened:
+            self._note("no browser could be opened here: open the URL above yourself", "yellow")
+        return ElicitResult(action="accept")
 
     async def _ask_field(self, field: Field) -> Any:
         for line in field.option_lines():

@@ -16,7 +16,14 @@ import attrs
 import httpx
 import trio
 
-from ..client import Client, ConnectionClosed, ElicitationHandler, HttpTransport, connect
+from ..client import (
+    Client,
+    ConnectionClosed,
+    ElicitationHandler,
+    HttpTransport,
+    UrlElicitationHandler,
+    connect,
+)
 from ..protocol.errors import McpError
 from ..protocol.versions import LATEST_VERSION
 from ..transports.stdio import SubprocessTransport, open_subprocess_transport
@@ -321,11 +328,13 @@ async def open_target(
     connect_timeout: float = 10.0,
     on_elicit: ElicitationHandler | None = None,
     protocol: str = LATEST_VERSION,
+    on_elicit_url: UrlElicitationHandler | None = None,
 ) -> AsyncIterator[Client]:
     """An initialized :class:`~trio_mcp.Client` on TARGET: a ``ws://``/``wss://`` or
     ``http://``/``https://`` URL, or a
     command line (one string, split like a shell does) spawned as a stdio server.
-    ``on_elicit`` answers the server's elicitation requests (the capability is declared).
+    ``on_elicit`` answers the server's elicitation requests (the capability is declared),
+    ``on_elicit_url`` its URL-mode ones.
     ``protocol``: see :meth:`Client.open` (a handshake version, ``2026-07-28`` or ``auto``)."""
     if not (math.isfinite(connect_timeout) and connect_timeout > 0):
         raise CliError(ExitCode.USAGE, "--timeout must be positive")
@@ -342,17 +351,26 @@ async def open_target(
             on_elicit=on_elicit,
             protocol=protocol,
             auth=auth,
+            on_elicit_url=on_elicit_url,
         ) as client:
             yield client
         return
     if is_url(target):
         async with _open_websocket(
-            target, token=token, connect_timeout=connect_timeout, on_elicit=on_elicit, protocol=protocol
+            target,
+            token=token,
+            connect_timeout=connect_timeout,
+            on_elicit=on_elicit,
+            protocol=protocol,
+            on_elicit_url=on_elicit_url,
         ) as client:
             yield client
         return
     argv = _command(target)
-    async with _spawn(argv) as transport, connect(transport, initialize=False, on_elicit=on_elicit) as client:
+    async with (
+        _spawn(argv) as transport,
+        connect(transport, initialize=False, on_elicit=on_elicit, on_elicit_url=on_elicit_url) as client,
+    ):
         try:
             await _handshake(client, target, connect_timeout, process=transport.process, protocol=protocol)
         except CliError:
@@ -371,6 +389,7 @@ async def _open_http(
     on_elicit: ElicitationHandler | None = None,
     protocol: str = LATEST_VERSION,
     auth: httpx.Auth | None = None,
+    on_elicit_url: UrlElicitationHandler | None = None,
 ) -> AsyncIterator[Client]:
     """A Client on an ``http://``/``https://`` MCP endpoint (``serve --http``: path ``/mcp``);
     ``auth``: an OAuth flow (the stored tokens of ``trio-mcp auth login``)."""
@@ -382,7 +401,7 @@ async def _open_http(
             open_http_transport(
                 url.strip(), token=token, connect_timeout=connect_timeout, auth=auth
             ) as transport,
-            connect(transport, initialize=False, on_elicit=on_elicit) as client,
+            connect(transport, initialize=False, on_elicit=on_elicit, on_elicit_url=on_elicit_url) as client,
         ):
             await _handshake(
                 client,
@@ -410,6 +429,7 @@ async def _open_websocket(
     connect_timeout: float,
     on_elicit: ElicitationHandler | None = None,
     protocol: str = LATEST_VERSION,
+    on_elicit_url: UrlElicitationHandler | None = None,
 ) -> AsyncIterator[Client]:
     try:
         import trio_websocket
@@ -421,7 +441,9 @@ async def _open_websocket(
     entered = False
     try:
         async with open_websocket_transport(url, token=token, connect_timeout=connect_timeout) as transport:
-            async with connect(transport, initialize=False, on_elicit=on_elicit) as client:
+            async with connect(
+                transport, initialize=False, on_elicit=on_elicit, on_elicit_url=on_elicit_url
+            ) as client:
                 await _handshake(client, url, connect_timeout, process=None, protocol=protocol)
                 entered = True
                 yield client
