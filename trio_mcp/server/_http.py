@@ -392,6 +392,9 @@ class _Watches:
         """Call ``reminder`` once :data:`WATCH_AFTER` seconds have passed, unless
         :meth:`forget` comes first (a timer that costs no cancel scope)."""
         exchange.reminder = reminder
+        self._enqueue(exchange)
+
+    def _enqueue(self, exchange: _Exchange) -> None:
         self.pending[exchange] = trio.current_time() + WATCH_AFTER
         parked = self._parked
         if parked is not None:
@@ -438,11 +441,7 @@ class _Watches:
         if now_in is not None:
             exchange.start_watch(now_in)
         else:
-            self.pending[exchange] = trio.current_time() + WATCH_AFTER
-            parked = self._parked
-            if parked is not None:
-                self._parked = None
-                parked.set()
+            self._enqueue(exchange)
         try:
             if enter:
                 with watching:
