@@ -456,24 +456,23 @@ class TerminalElicitor:
 
     async def __call__(self, params: ElicitRequestParams) -> ElicitResult:
         """A form-mode elicitation: each field asked in turn."""
-        await self._ready.wait()
-        async with self._lock:
-            if self._withdrawn:
-                return ElicitResult(action="cancel")
-            with self.displays.pause():
-                return await self._ask(lambda: self._form(params))
+        return await self._turn(lambda: self._form(params))
 
     async def url(self, params: ElicitUrlRequestParams) -> ElicitResult:
         """A URL-mode elicitation (the ``on_elicit_url`` handler): the message and the whole
         URL are shown, and the URL is opened in the user's browser only if they say yes
         (``accept``; no, or the end of input: ``decline``). The client never fetches it; a URL
         that is not ``http(s)://`` is shown and declined."""
+        return await self._turn(lambda: self._visit(params))
+
+    async def _turn(self, asking: Callable[[], Awaitable[ElicitResult]]) -> ElicitResult:
+        """Ask once it is this question's turn (one at a time, once :meth:`open`)."""
         await self._ready.wait()
         async with self._lock:
             if self._withdrawn:
                 return ElicitResult(action="cancel")
             with self.displays.pause():
-                return await self._ask(lambda: self._visit(params))
+                return await self._ask(asking)
 
     async def _ask(self, asking: Callable[[], Awaitable[ElicitResult]]) -> ElicitResult:
         scope = trio.CancelScope()
