@@ -1323,3 +1323,30 @@ async def test_a_null_argument_travels_without_its_mcp_param_header() -> None:
             await client.list_tools()  # what the client learns its headers from
             assert (await client.call_tool("regional", {"region": None})).text == "region None"
             assert (await client.call_tool("regional", {"region": "eu"})).text == "region eu"
+
+
+async def test_a_handler_bug_ends_only_its_session(
+    url: str, http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A session's messages are served in their POST's Trio task; a bug in serving one (an
+    exception no answer covers) ends that session, as it would end a connection, and the POST
+    is answered 404: the server and its other sessions go on."""
+    from trio_mcp.actors._session import SessionActor
+
+    serve = SessionActor.on_request
+
+    async def buggy(self: SessionActor, message: Any) -> None:
+        if message.method == "tools/list":
+            raise RuntimeError("a bug")
+        await serve(self, message)
+
+    monkeypatch.setattr(SessionActor, "on_request", buggy)
+    with trio.fail_after(10):
+        broken, healthy = await initialize(http, url), await initialize(http, url)
+        response = await http.post(url, content=rpc(2, "tools/list"), headers=session_headers(broken))
+        assert response.status_code == 404
+        assert "a bug" in caplog.text
+        ping = rpc(3, "ping")
+        assert (await http.post(url, content=ping, headers=session_headers(broken))).status_code == 404
+        answered = await http.post(url, content=ping, headers=session_headers(healthy))
+        assert answered.status_code == 200 and answered.json() == {"jsonrpc": "2.0", "id": 3, "result": {}}
