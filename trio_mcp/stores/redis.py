@@ -12,9 +12,11 @@ others can fail those tasks when it dies (:meth:`~RedisTaskStore.lapsed`). It is
 
 The client is `coredis <https://coredis.readthedocs.io>`_ (anyio-native, here on Trio; RESP3):
 its connection pool (up to ``connections``, default 4, made as calls need them; calls share
-them, their commands pipelined), its Lua script objects — each operation one script
-(``EVALSHA``), so each is atomic on the server: nothing is ever half-written, whatever happens
-to the connection — and its pub/sub for the events, on a connection of their own. No asyncio,
+them, their commands pipelined), on which each operation queues its one command itself
+(``create_request``: no client-level wrappers, retry policy or telemetry span per call) — a
+Lua script for most (``EVALSHA``, its text sent with ``EVAL`` to a server that lacks it), so
+each is atomic on the server: nothing is ever half-written, whatever happens to the
+connection — and its pub/sub for the events, on a connection of their own. No asyncio,
 and ``RedisTaskStore(url)`` is a cheap constructor (no I/O), a zero-argument factory fit for
 ``Server(store=...)``: the first call of a Trio run starts the pool in a Trio *system task* of
 that run (coredis keeps each connection's reader in a task group), which
@@ -737,13 +739,19 @@ _SCRIPTS = types.SimpleNamespace(
     watch=_script(_WATCH),
     count=_script(_COUNT),
 )
-"""coredis script objects: each call is an ``EVALSHA`` (the script is loaded into a server
-that does not have it, and the call made again, once)."""
+"""coredis script objects (their text and SHA1): each call is an ``EVALSHA`` (made again as an
+``EVAL`` of the text, once, on a server that lacks the script)."""
 
 _SCRIPT_TEXTS: dict[object, bytes] = {
     script.sha: script.script for script in vars(_SCRIPTS).values() if isinstance(script.script, bytes)
 }
-"""Each script's text by its SHA1 (calls made in place run ``EVAL`` when the server lacks it)."""
+"""Each script's text by its SHA1 (a call runs ``EVAL`` when the server lacks it)."""
+
+
+def _eval(command: Command) -> Command:
+    """An ``EVALSHA`` command as the ``EVAL`` of its script's text."""
+    _, sha, *rest = command
+    return (b"EVAL", _SCRIPT_TEXTS[sha], *rest)
 
 
 # ----------------------------------------------------------------------------- connections
@@ -784,6 +792,23 @@ class _GuardedPool(ConnectionPool[Any]):
             ):
                 self._retired.discard(connection)
                 connection.invalidate("no answer: replaced")
+
+    def idle_connection(self) -> Any:
+        """The connection on top of the pool if it is fit for new calls, else None (the caller
+        waits in :meth:`get_connection` then, which makes a new connection as needed). It stays
+        in the pool: the caller queues its command on it before its next checkpoint — what a
+        lease and its release around ``create_request`` amount to, without their bookkeeping
+        (coredis's statistics, for its telemetry) — and calls share it meanwhile."""
+        if self._retired:
+            self.sweep()
+        available = self._available_connections
+        if available.empty():
+            return None
+        connection: BaseConnection | None = available.get_nowait()
+        available.put_nowait(connection)  # back on top, as it was
+        if connection is None or not connection.reusable or self._stalled(connection):
+            return None
+        return connection
 
     async def get_connection(self, **_: Any) -> Any:
         self.sweep()
@@ -844,7 +869,9 @@ class _Host:
     (coredis runs each connection's reader and writer in the pool's task group)."""
 
     def __init__(self, client: coredis.Redis[bytes], contexts: Sequence[Any]) -> None:
+        assert isinstance(client.connection_pool, _GuardedPool)
         self.client = client
+        self.pool: _GuardedPool = client.connection_pool
         self.contexts = contexts
         self.ready = trio.Event()
         self.stop = trio.Event()
@@ -1175,6 +1202,15 @@ class RedisTaskStore:
             return RedisReplyError(str(leaf))
         return _unavailable(self.address, _reason(leaf))
 
+    def _timed_out(self) -> Exception:
+        """The store's exception for a call past its deadline (retired connections swept)."""
+        if self._closed:
+            return StoreClosed(f"{self!r} is closed")
+        host = self._current_host()
+        if host is not None:
+            host.pool.sweep()
+        return _unavailable(self.address, f"no answer within {self.timeout} s")
+
     async def _call_now(self, operation: Callable[[coredis.Redis[bytes]], Awaitable[T]]) -> T:
         """``operation(client)`` in this run, within ``timeout``."""
         with trio.move_on_after(self.timeout) as deadline:
@@ -1183,24 +1219,86 @@ class RedisTaskStore:
             except _FAILURES as exc:
                 if not deadline.cancel_called:  # (coredis may turn our deadline into an error)
                     raise self._failure(exc) from exc
-        if self._closed:
-            raise StoreClosed(f"{self!r} is closed")
-        host = self._current_host()
-        if host is not None and isinstance(host.client.connection_pool, _GuardedPool):
-            host.client.connection_pool.sweep()
-        raise _unavailable(self.address, f"no answer within {self.timeout} s")
+        raise self._timed_out()
 
     async def _call(
         self, operation: Callable[[coredis.Redis[bytes]], Awaitable[T]], commands: Sequence[Command]
     ) -> T:
-        """``operation(client)``, within ``timeout``; on a mock clock ``commands`` (the same
-        commands) in place instead: the reply (a list of the replies if several commands)."""
+        """``operation(client)`` (any coredis call, e.g. a blocking command, which keeps its
+        connection while it waits), within ``timeout``; on a mock clock ``commands`` (the same
+        commands) in place instead: the reply (a list of the replies if several commands). The
+        store's own operations use :meth:`_send`."""
         if self._closed:
             raise StoreClosed(f"{self!r} is closed")
         if _on_mock_clock():
             replies = self._call_in_place(commands)
             return replies[0] if len(replies) == 1 else replies  # type: ignore[return-value]
         return await self._call_now(operation)
+
+    async def _send(self, commands: Sequence[Command]) -> Any:
+        """The reply of ``commands`` (a list of the replies if several: pipelined on one
+        connection), within ``timeout``; on a mock clock in place.
+
+        On a warm pool (a connection fit for new calls on top of it, one command: every store
+        operation) the call queues the command on it without a checkpoint (coredis's
+        ``create_request``: its writer task sends it, its reader task answers it; other calls
+        pipeline theirs on it meanwhile) and waits for the answer, bounded by the request's own
+        timeout: the only wait of the call, so that timeout is the call's deadline, with no
+        cancel scope of the store's own. Otherwise (:meth:`_send_now`) the whole call runs in a
+        cancel scope with the deadline.
+        """
+        if self._closed:
+            raise StoreClosed(f"{self!r} is closed")
+        host = self._hosts.get(trio.lowlevel.current_trio_token())
+        # (a run with a pool is not on a mock clock: pools are made off one only)
+        if host is not None and len(commands) == 1 and host.ready.is_set() and not host.gone:
+            await trio.lowlevel.checkpoint_if_cancelled()  # (no yield: a cancelled caller sends nothing)
+            connection = host.pool.idle_connection()
+            if connection is not None:
+                started = trio.current_time()
+                command = commands[0]
+                try:
+                    return await connection.create_request(*command, decode=False, timeout=self.timeout)
+                except coredis.exceptions.NoScriptError:
+                    # The server lost the script (a restart, SCRIPT FLUSH): its text, once.
+                    return await self._send_now([_eval(command)], started + self.timeout)
+                except TimeoutError:
+                    raise self._timed_out() from None
+                except _FAILURES as exc:
+                    raise self._failure(exc) from exc
+        if _on_mock_clock():
+            replies = self._call_in_place(commands)
+            return replies[0] if len(replies) == 1 else replies
+        return await self._send_now(commands, trio.current_time() + self.timeout)
+
+    async def _send_now(self, commands: Sequence[Command], deadline: float) -> Any:
+        """:meth:`_send` in a cancel scope with the ``deadline``: waiting for a connection of
+        this run's pool (started by the run's first call), connecting, the answers."""
+        with trio.CancelScope(deadline=deadline) as scope:
+            try:
+                pool = (await self._client()).connection_pool
+                connection = await pool.get_connection()
+                try:
+                    requests = [connection.create_request(*command, decode=False) for command in commands]
+                finally:
+                    pool.release(connection)
+                replies = []
+                for command, request in zip(commands, requests, strict=True):
+                    try:
+                        replies.append(await request)
+                    except coredis.exceptions.NoScriptError:
+                        # The server lost the script (a restart, SCRIPT FLUSH): its text, once.
+                        connection = await pool.get_connection()
+                        try:
+                            again = connection.create_request(*_eval(command), decode=False)
+                        finally:
+                            pool.release(connection)
+                        replies.append(await again)
+                return replies[0] if len(replies) == 1 else replies
+            except _FAILURES as exc:
+                if not scope.cancel_called:  # (coredis may turn our deadline into an error)
+                    raise self._failure(exc) from exc
+        raise self._timed_out()
 
     def _drop_in_place(self) -> None:
         connection, self._in_place = self._in_place, None
@@ -1275,8 +1373,7 @@ class RedisTaskStore:
             raise self._failure(exc) from exc
         for index, reply in enumerate(replies):
             if isinstance(reply, coredis.exceptions.NoScriptError):
-                _, sha, *rest = commands[index]
-                (replies[index],) = connection.call([(b"EVAL", _SCRIPT_TEXTS[sha], *rest)])
+                (replies[index],) = connection.call([_eval(commands[index])])
         for reply in replies:
             if isinstance(reply, BaseException):
                 if isinstance(reply, coredis.exceptions.ReadOnlyError):
@@ -1286,15 +1383,11 @@ class RedisTaskStore:
 
     async def _run(self, script: Script[bytes], *args: bytes | str | int | float) -> Any:
         """Run one of the store's scripts (``EVALSHA``; loaded into a server without it)."""
-        values = [self._prefix, *(_arg(value) for value in args)]
-        return await self._call(
-            lambda client: script(keys=[], args=values, client=client),
-            [(b"EVALSHA", script.sha, 0, *values)],
-        )
+        return await self._send([(b"EVALSHA", script.sha, 0, self._prefix, *map(_arg, args))])
 
     async def ping(self) -> None:
         """Connect now (if not yet) and check that the server answers."""
-        await self._call(lambda client: client.ping(), [(b"PING",)])
+        await self._send([(b"PING",)])
 
     def _ttl_ms(self, record: TaskRecord) -> int:
         """The Redis TTL of a record just written: its own time left, plus the margin."""
@@ -1326,7 +1419,7 @@ class RedisTaskStore:
 
     async def get(self, task_id: str) -> TaskRecord | None:
         key = self._prefix + b"task:" + store_key(task_id)
-        text = await self._call(lambda client: client.hget(key, b"r"), [(b"HGET", key, b"r")])
+        text = await self._send([(b"HGET", key, b"r")])
         return record_from_text(text) if text is not None else None
 
     async def update(self, record: TaskRecord) -> bool:
@@ -1396,7 +1489,7 @@ class RedisTaskStore:
             await self._run(_SCRIPTS.publish_watchers, store_key(event.task_id), data)
         else:
             channel = self.channel
-            await self._call(lambda client: client.publish(channel, data), [(b"PUBLISH", channel, data)])
+            await self._send([(b"PUBLISH", channel, data)])
 
     async def watch(self, task_ids: Sequence[str], origin: str) -> None:
         """Send ``origin`` the ``changed`` events of these tasks (for a day at most, or until
@@ -1503,14 +1596,7 @@ class RedisTaskStore:
         round trip: a pipeline of two reads)."""
         key = store_key(task_id)
         leases, origins = self._prefix + b"leases", self._prefix + b"origins"
-
-        async def read(client: coredis.Redis[bytes]) -> tuple[float | None, bytes | None]:
-            async with client.pipeline(transaction=False) as pipeline:
-                until = pipeline.zscore(leases, key)
-                origin = pipeline.hget(origins, key)
-            return await until, await origin
-
-        until, origin = await self._call(read, [(b"ZSCORE", leases, key), (b"HGET", origins, key)])
+        until, origin = await self._send([(b"ZSCORE", leases, key), (b"HGET", origins, key)])
         if until is None or origin is None:
             return None
         return origin.decode("utf-8", "surrogatepass"), float(until)
@@ -1562,16 +1648,14 @@ class RedisTaskStore:
     async def work_of(self, task_id: str) -> tuple[bytes, int] | None:
         """A task's work and how many runs it has had (None: no work, or no task)."""
         key = self._prefix + b"task:" + store_key(task_id)
-        work, runs = await self._call(
-            lambda client: client.hmget(key, [b"w", b"a"]), [(b"HMGET", key, b"w", b"a")]
-        )
+        work, runs = await self._send([(b"HMGET", key, b"w", b"a")])
         return None if work is None else (bytes(work), int(runs or 0))
 
     async def queued(self, owner: str | None = None) -> int:
         """How many tasks wait in the queue: ``owner``'s, or all."""
         field = b"*" if owner is None else text_digest(owner, 64).encode()
         key = self._prefix + b"queued"
-        count = await self._call(lambda client: client.hget(key, field), [(b"HGET", key, field)])
+        count = await self._send([(b"HGET", key, field)])
         return max(0, int(count or 0))
 
     # -- beyond the interfaces ------------------------------------------------------------
