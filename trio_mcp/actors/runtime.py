@@ -149,12 +149,18 @@ class Reply(Generic[T]):
     alive until the cyclic garbage collector ran.
     """
 
-    __slots__ = ("_abandoned", "_callback", "_error", "_state", "_value", "_waiter")
+    __slots__ = ("_abandoned", "_callback", "_exception", "_value", "_waiter", "answered", "error_value")
 
     def __init__(self) -> None:
-        self._state = _WAITING
+        self.answered = False
+        """Whether it was answered (a plain attribute, not a property: every query reads it;
+        only the slot's own methods set it)."""
         self._value: T | None = None
-        self._error: ErrorValue | BaseException | None = None
+        self.error_value: ErrorValue | None = None
+        """The protocol error it was failed with, as a value (None if it was not failed, or
+        failed with another kind of exception: :meth:`unwrap` raises that one). Read this
+        before :meth:`unwrap` where the error is only to be answered: nothing is raised."""
+        self._exception: BaseException | None = None
         self._waiter: trio.lowlevel.Task | None = None
         self._callback: Callable[[Reply[T]], None] | None = None
         self._abandoned = False
@@ -169,63 +175,54 @@ class Reply(Generic[T]):
         """Run ``callback(reply)`` when the answer arrives (at once if it already has), in
         the answering actor's task: the asker goes on without waiting, and the callback reads
         the answer with :meth:`unwrap`. One callback per slot."""
-        if self._state is not _WAITING:
+        if self.answered:
             callback(self)
         else:
             self._callback = callback
 
     @property
-    def answered(self) -> bool:
-        return self._state is not _WAITING
-
-    @property
     def failed(self) -> bool:
         """Whether it was answered with an error."""
-        return self._state is _FAILED
-
-    @property
-    def error_value(self) -> ErrorValue | None:
-        """The protocol error it was failed with, as a value (None if it was not failed, or
-        failed with another kind of exception: :meth:`unwrap` raises that one). Read this
-        before :meth:`unwrap` where the error is only to be answered: nothing is raised."""
-        error = self._error
-        return error if type(error) is ErrorValue else None
+        return self.error_value is not None or self._exception is not None
 
     def unwrap(self) -> T:
         """The answer: the value sent, or the error failed with raised — a protocol error as a
         fresh McpError each time; any other exception afresh, from an empty traceback (so
         reading twice grows nothing)."""
-        if self._state is _FAILED:
-            error = self._error
-            if type(error) is ErrorValue:
-                raise error.exception()
-            assert isinstance(error, BaseException)
-            raise error.with_traceback(None)
-        if self._state is _WAITING:
+        if not self.answered:
             raise RuntimeError("the reply has not been answered yet")
+        error = self.error_value
+        if error is not None:
+            raise error.exception()
+        exception = self._exception
+        if exception is not None:
+            raise exception.with_traceback(None)
         return self._value  # type: ignore[return-value]
 
     def send(self, value: T) -> None:
-        if self._state is _WAITING:
+        if not self.answered:
             self._value = value
-            self._state = _SENT
+            self.answered = True
             if self._waiter is not None or self._callback is not None:
                 self._answered()
 
     def fail(self, error: BaseException) -> None:
         """Answer with ``error``. An McpError is kept as its value (its traceback, if it was
         raised, and what that holds, are not kept): see the class docstring."""
-        if self._state is _WAITING:
-            self._error = error.value if type(error) is McpError else error
-            self._state = _FAILED
+        if not self.answered:
+            if type(error) is McpError:
+                self.error_value = error.value
+            else:
+                self._exception = error
+            self.answered = True
             if self._waiter is not None or self._callback is not None:
                 self._answered()
 
     def fail_value(self, error: ErrorValue) -> None:
         """Answer with the protocol error ``error``: :meth:`fail` without an exception."""
-        if self._state is _WAITING:
-            self._error = error
-            self._state = _FAILED
+        if not self.answered:
+            self.error_value = error
+            self.answered = True
             if self._waiter is not None or self._callback is not None:
                 self._answered()
 
@@ -238,7 +235,7 @@ class Reply(Generic[T]):
             callback(self)
 
     async def wait(self) -> T:
-        if self._state is _WAITING:
+        if not self.answered:
             self._waiter = trio.lowlevel.current_task()
 
             def abort(_: Any) -> trio.lowlevel.Abort:
@@ -250,9 +247,6 @@ class Reply(Generic[T]):
         else:
             await trio.lowlevel.checkpoint()
         return self.unwrap()
-
-
-_WAITING, _SENT, _FAILED = "waiting", "sent", "failed"
 
 
 class Actor(Generic[M]):

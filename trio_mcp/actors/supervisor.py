@@ -527,32 +527,54 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         return self._queue is not None
 
     def _create(self, message: CreateTask) -> None:
-        record = self._new_task(message)
-        if record is not None:
-            work = message.work
-            replay = work.replay if self._queue is not None and isinstance(work, StagedWork) else None
-            submission: Submission | None = None
-            if replay is not None:
-                limits = self.limits
-                queued = not self.works or self._draining or len(self._actors) >= limits.max_running_work
-                submission = Submission(replay, queued, limits.max_queued_per_owner, limits.max_queued)
-                if queued:  # another process (or this one, once it has room) runs it
-                    try:
-                        self._writer.create(record, self._created_queued, message, record, work=submission)
-                    except Exception as exc:
-                        log.error("task store failed to create a task: %r", exc, exc_info=exc)
-                        message.reply.fail_value(STORE_FAILURE)
-                    return
-            actor = self._start_actor(message, record)
-            if message.hidden:  # stored only if it is shown (see _reveal)
-                self._unborn[record.task_id] = (record, submission)
-                message.reply.send(record)
+        # Every creation: its checks, record, actor, place in the table and first write, in
+        # one function (the path every task takes).
+        owner = message.owner
+        table = self.table
+        refusal = table.refusal(owner, message.client)
+        if refusal is not None:
+            message.reply.fail_value(refusal)
+            return
+        limits = self.limits
+        record = new_record(
+            self._new_id(),
+            owner,
+            self.wall_clock(),
+            limits.grant_ttl(message.ttl_ms),
+            limits.poll_interval_ms,
+        )
+        work = message.work
+        submission: Submission | None = None
+        if self._queue is not None and isinstance(work, StagedWork) and work.replay is not None:
+            queued = not self.works or self._draining or len(self._actors) >= limits.max_running_work
+            submission = Submission(work.replay, queued, limits.max_queued_per_owner, limits.max_queued)
+            if queued:  # another process (or this one, once it has room) runs it
+                try:
+                    self._writer.create(record, self._created_queued, message, record, work=submission)
+                except Exception as exc:
+                    log.error("task store failed to create a task: %r", exc, exc_info=exc)
+                    message.reply.fail_value(STORE_FAILURE)
                 return
-            try:
-                self._writer.create(record, self._created, message, actor, work=submission)
-            except Exception as exc:
-                log.error("task store failed to create a task: %r", exc, exc_info=exc)
-                self._created(message, actor, STORE_FAILURE)
+        # The new task gets its actor, its place under the limits and its deadline.
+        task_id = record.task_id
+        ttl = record.ttl_ms
+        actor = TaskActor(record, work, self._actor_host, message.watcher)
+        if self.tracer is not no_trace:
+            self.tracer("task.created", {"task_id": task_id, "status": record.status.value, "ttl": ttl})
+            self.tracer("actor.start", {"actor": "TaskActor", "name": task_id})
+        self._actors[task_id] = actor
+        due = table.add(task_id, owner, message.client, self._trio_now() + ttl / 1000)
+        if due < self._timer_deadline:
+            self._timer_deadline = self._timer.deadline = due
+        if message.hidden:  # stored only if it is shown (see _reveal)
+            self._unborn[task_id] = (record, submission)
+            message.reply.send(record)
+            return
+        try:
+            self._writer.create(record, self._created, message, actor, work=submission)
+        except Exception as exc:
+            log.error("task store failed to create a task: %r", exc, exc_info=exc)
+            self._created(message, actor, STORE_FAILURE)
 
     def _reveal(self, message: Reveal) -> None:
         """Store a hidden task (its latest record), then answer with that record."""
@@ -614,33 +636,6 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self._forget_task(task_id, error)
         message.reply.fail_value(error)
 
-    def _new_task(self, message: CreateTask) -> TaskRecord | None:
-        refusal = self.table.refusal(message.owner, message.client)
-        if refusal is not None:
-            message.reply.fail_value(refusal)
-            return None
-        return new_record(
-            self._new_id(),
-            message.owner,
-            now=self.wall_clock(),
-            ttl_ms=self.limits.grant_ttl(message.ttl_ms),
-            poll_interval_ms=self.limits.poll_interval_ms,
-        )
-
-    def _start_actor(self, message: CreateTask, record: TaskRecord) -> TaskActor:
-        """The new task gets its actor, its place under the limits and its deadline."""
-        task_id = record.task_id
-        ttl = record.ttl_ms
-        actor = TaskActor(record, message.work, self._actor_host, message.watcher)
-        if self.tracer is not no_trace:
-            self.tracer("task.created", {"task_id": task_id, "status": record.status.value, "ttl": ttl})
-            self.tracer("actor.start", {"actor": "TaskActor", "name": task_id})
-        self._actors[task_id] = actor
-        due = self.table.add(task_id, message.owner, message.client, self._trio_now() + ttl / 1000)
-        if due < self._timer_deadline:
-            self._timer_deadline = self._timer.deadline = due
-        return actor
-
     # -- routing --------------------------------------------------------------------------
     def deliver(self, message: Route) -> None:
         """Deliver a task message, answering it at once where that needs no waiting.
@@ -661,7 +656,10 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             actor = self._actors.get(message.task_id)
             if actor is not None:
                 if actor.record.owner == message.owner:
-                    self._deliver(actor, inner)
+                    try:  # _deliver, in place (every query about a live task)
+                        actor.receive(inner)
+                    except Exception as exc:
+                        self._receive_failed(actor, inner, exc)
                 else:
                     inner.reply.fail_value(NOT_FOUND)  # foreign tasks look exactly like missing ones
                 return
@@ -708,8 +706,10 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         """Start a created task's work now (its creator has answered with the task); nothing if
         it was removed meanwhile."""
         actor = self._actors.get(task_id)
-        if actor is not None and actor.record.owner == owner and self._nursery is not None:
-            self._spawn_work(self._nursery, actor)
+        if actor is not None and self._nursery is not None:
+            record = actor.record
+            if record.owner == owner:  # as _spawn_work does
+                self._nursery.start_soon(actor.run_work, self._crash_reporter, name=record.task_id)
 
     def _spawn_work(self, nursery: trio.Nursery, actor: TaskActor) -> None:
         # The Trio task is named by the task id the record already holds: unnamed, Trio would
@@ -857,11 +857,17 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         try:
             actor.receive(message)
         except Exception as exc:
-            failure = self._crashed(actor, exc)  # we are the supervisor's task: settle it now
-            if isinstance(message, AwaitResult):
-                message.reply.send(TaskOutcome.from_error(failure))
-            elif not isinstance(message, Stop):
-                message.reply.fail_value(failure)
+            self._receive_failed(actor, message, exc)
+
+    def _receive_failed(
+        self, actor: TaskActor, message: Poll | AwaitResult | Cancel | ProvideInput | Stop, exc: Exception
+    ) -> None:
+        """An actor's handler raised: it has crashed, and the message is answered with that."""
+        failure = self._crashed(actor, exc)  # we are the supervisor's task: settle it now
+        if isinstance(message, AwaitResult):
+            message.reply.send(TaskOutcome.from_error(failure))
+        elif not isinstance(message, Stop):
+            message.reply.fail_value(failure)
 
     async def _list(self, message: ListTasks) -> None:
         try:

@@ -339,9 +339,10 @@ class TaskActor:
 
     def settle(self, outcome: TaskOutcome, status: TaskStatus | None = None) -> None:
         """End the task with ``outcome`` and answer every waiter (no-op once terminal)."""
-        if self.record.is_terminal:
+        record = self.record
+        if record.status in TERMINAL:
             return
-        self._set(self.record.settle(outcome, now=self._host.clock(), status=status))
+        self._set(record.settle(outcome, now=self._host.clock(), status=status))
         if self._input is not None:
             self._input.pending = {}  # the work has ended: its open input requests are forgotten
 
@@ -452,10 +453,12 @@ class TaskActor:
                 block = content[0]
                 if type(block) is dict and len(block) == 2 and block.get("type") == "text":
                     text = block.get("text")
-                    if type(text) is str and 12 * len(text) + 64 <= limit:
-                        size = len(text) + 64  # what keeping it costs: about its length
-                        if size < CHARGED_FROM:
-                            return outcome
+                    if type(text) is str:
+                        length = len(text)
+                        if 12 * length + 64 <= limit:
+                            size = length + 64  # what keeping it costs: about its length
+                            if size < CHARGED_FROM:
+                                return outcome
         if size < 0:
             size = len(_json.dumps(result))
             if size > limit:
@@ -488,14 +491,14 @@ class TaskActor:
             else:
                 self._wait(message.reply)
         elif isinstance(message, Cancel):
-            if self.record.is_terminal:
+            if self.record.status in TERMINAL:
                 self._answer_cancel(message.reply, True)  # it had ended: cancelling changes nothing
                 return
             self._scope.cancel()
             reason = message.reason
             outcome = (
                 _CANCELLED_BY_REQUEST
-                if reason == _BY_REQUEST
+                if reason is _BY_REQUEST or reason == _BY_REQUEST
                 else TaskOutcome(error=CANCELLED, failed=True, message=reason)
             )
             self.settle(outcome, TaskStatus.CANCELLED)

@@ -189,18 +189,20 @@ class HandshakeDialect:
     def interpret(self, request: Request, tool_support: ToolSupport) -> Command | ErrorValue:
         """What ``request`` asks for in this era, or the error to answer it with."""
         try:
-            return self._interpret(request, tool_support)
+            method, params = request.method, request.params
+            query = _TASK_QUERIES.get(method)
+            if query is not None and self.tasks_enabled:
+                # The busiest requests: params of exactly ``{"taskId": "..."}`` need no converter.
+                if type(params) is dict and len(params) == 1 and type(task_id := params.get("taskId")) is str:
+                    return query(task_id)
+                return query(structure(params, TaskIdParams).task_id)
+            if method == "tools/call" and self.version is not None:  # the next busiest
+                return self._call_tool(params, tool_support)
+            return self._interpret(method, params, tool_support)
         except McpError as exc:
             return exc.value
 
-    def _interpret(self, request: Request, tool_support: ToolSupport) -> Command | ErrorValue:
-        method, params = request.method, request.params
-        query = _TASK_QUERIES.get(method)
-        if query is not None and self.tasks_enabled:
-            # The busiest requests: params of exactly ``{"taskId": "..."}`` need no converter.
-            if type(params) is dict and len(params) == 1 and type(task_id := params.get("taskId")) is str:
-                return query(task_id)
-            return query(structure(params, TaskIdParams).task_id)
+    def _interpret(self, method: str, params: Any, tool_support: ToolSupport) -> Command | ErrorValue:
         if self.version is None and method not in _ALWAYS:
             return ErrorValue(INVALID_REQUEST, "Invalid request: send 'initialize' first")
         if method == "ping":
@@ -224,7 +226,7 @@ class HandshakeDialect:
 
     def _call_tool(self, params: dict[str, Any] | None, tool_support: ToolSupport) -> Command | ErrorValue:
         name, arguments, asked, ttl, meta = call_tool_fields(params)
-        token = progress_token_of(meta)
+        token = progress_token_of(meta) if meta is not None else None
         support = tool_support(name)
         if support is None:
             return ErrorValue(INVALID_PARAMS, f"Unknown tool: '{name}'")

@@ -199,7 +199,7 @@ class TaskRecord:
 
     def settle(self, outcome: TaskOutcome, *, now: float, status: TaskStatus | None = None) -> TaskRecord:
         """The terminal record for ``outcome`` (``failed`` or ``completed`` unless ``status``)."""
-        final = status or (TaskStatus.FAILED if outcome.failed else TaskStatus.COMPLETED)
+        final = status or (_FAILED if outcome.failed else _COMPLETED)
         check_transition(self.status, final)
         return self._changed(now, final, outcome.message, outcome, NO_INPUT_REQUESTS)
 
@@ -222,13 +222,14 @@ def text_outcome(text: str) -> TaskOutcome:
 
 
 _WORKING = TaskStatus.WORKING
+_FAILED = TaskStatus.FAILED
+_COMPLETED = TaskStatus.COMPLETED
 
 
-def new_record(
-    task_id: str, owner: str, *, now: float, ttl_ms: int, poll_interval_ms: int | None
-) -> TaskRecord:
+def new_record(task_id: str, owner: str, now: float, ttl_ms: int, poll_interval_ms: int | None) -> TaskRecord:
     """A fresh ``working`` task created at ``now``, expiring ``ttl_ms`` later. Its time is
-    formatted now: every era's answer to a creation writes it."""
+    formatted now: every era's answer to a creation writes it. (The supervisor passes every
+    argument positionally, the cheapest call; elsewhere they are named.)"""
     text = format_timestamp(now)
     return _build(
         task_id,

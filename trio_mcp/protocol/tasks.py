@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import enum
-import math
 
 __all__ = [
     "TERMINAL",
@@ -61,13 +60,17 @@ def can_transition(old: TaskStatus, new: TaskStatus) -> bool:
     >>> can_transition(TaskStatus.CANCELLED, TaskStatus.COMPLETED)
     False
     """
-    return new in _LIVE_TARGETS.get(old, frozenset())
+    return new in _LIVE_TARGETS.get(old, _NONE)
 
 
 def check_transition(old: TaskStatus, new: TaskStatus) -> None:
-    """Raise :class:`InvalidTransition` unless ``old -> new`` is legal."""
-    if not can_transition(old, new):
+    """Raise :class:`InvalidTransition` unless ``old -> new`` is legal (every task change
+    checks: :func:`can_transition` read in place)."""
+    if new not in _LIVE_TARGETS.get(old, _NONE):
         raise InvalidTransition(old, new)
+
+
+_NONE: frozenset[TaskStatus] = frozenset()
 
 
 def format_timestamp(epoch_seconds: float) -> str:
@@ -81,8 +84,10 @@ def format_timestamp(epoch_seconds: float) -> str:
     >>> format_timestamp(1_700_000_000.9999)
     '2023-11-14T22:13:20.999Z'
     """
-    fraction, whole = math.modf(epoch_seconds)  # split and rounded as datetime does
-    second, micro = int(whole), round(fraction * 1_000_000)
+    # Split and rounded as datetime does (``math.modf``): the whole seconds toward zero, and
+    # the fraction, which subtracting them gives exactly.
+    second = int(epoch_seconds)
+    micro = round((epoch_seconds - second) * 1_000_000)
     if micro >= 1_000_000:
         second, micro = second + 1, micro - 1_000_000
     elif micro < 0:
@@ -93,8 +98,10 @@ def format_timestamp(epoch_seconds: float) -> str:
             _seconds.clear()
         prefix = datetime.datetime.fromtimestamp(second, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
         _seconds[second] = prefix
-    return f"{prefix}.{micro // 1000:03d}Z"
+    return prefix + _MILLIS[micro // 1000]
 
 
+_MILLIS = tuple(f".{milli:03d}Z" for milli in range(1000))
+"""The text after the seconds, by millisecond (a lookup, not a formatting, per timestamp)."""
 _SECONDS_KEPT = 4096
 _seconds: dict[int, str] = {}  # whole seconds already formatted (tasks made in the same second)
