@@ -68,6 +68,11 @@ def make_server() -> Server:
         return "slow"
 
     @server.tool(task_support="optional")
+    async def a_little_past_the_window() -> str:
+        await trio.sleep(WINDOW_MS / 1000 + 0.1)
+        return "just late"
+
+    @server.tool(task_support="optional")
     async def ask_name(ctx: Context) -> Any:
         return (await ctx.elicit("name?", NAME_SCHEMA)).content
 
@@ -145,6 +150,35 @@ async def test_a_call_past_the_window_is_shown_as_a_task_when_the_window_ends(
         await trio.sleep(10)
         get = jsonrpc.Request(2, "tasks/get", {"taskId": answer["result"]["taskId"], "_meta": envelope()})
         assert (await serve(runtime, get))["result"]["status"] == "completed"
+
+
+def test_an_outcome_that_comes_with_the_windows_end_is_shown_as_a_task() -> None:
+    """The window's end wins a tie: when the scheduler finds both the window's deadline and
+    the tool's end passed at once (a tool of about the window's length: the official suite's
+    1 s ``slow_compute`` against the 1 s window), the call is answered with its task."""
+    clock = trio.testing.MockClock()  # moved by hand: both deadlines pass in one jump
+    answers: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        async with make_server().open() as runtime:
+            await serve(runtime, call(0, "fast"))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    lambda: _append(answers, serve(runtime, call(1, "a_little_past_the_window")))
+                )
+                await trio.testing.wait_all_tasks_blocked()
+                clock.jump(WINDOW_MS / 1000 + 1)
+            get = jsonrpc.Request(
+                2, "tasks/get", {"taskId": answers[0]["result"]["taskId"], "_meta": envelope()}
+            )
+            assert (await serve(runtime, get))["result"]["status"] == "completed"
+
+    trio.run(main, clock=clock)
+    assert answers[0]["result"]["resultType"] == "task"
+
+
+async def _append(into: list[dict[str, Any]], answer: Any) -> None:
+    into.append(await answer)
 
 
 async def test_a_call_asking_for_input_is_shown_at_once_as_an_input_required_task(

@@ -773,11 +773,15 @@ async def _settle_maybe_task(
     # the task, whose record says what happened).
     ended = host.receiver.start_outcome(record.task_id)
     ended.then(race.settle)
+    within = False
     try:
         if mrtr is None:
             # An optional tool gets the auto-task window.
-            with trio.move_on_after(host.supervisor.limits.auto_task_after_ms / 1000):
+            with trio.move_on_after(host.supervisor.limits.auto_task_after_ms / 1000) as window:
                 await race.wait()
+            # The window's end wins a tie: an outcome that came in the same instant (both
+            # deadlines passed in one scheduler round) is the task's, shown as one.
+            within = not window.cancelled_caught
         else:
             # A required one is a task anyway: only the input it asks for at once (within its
             # first scheduler rounds) comes before it.
@@ -793,7 +797,7 @@ async def _settle_maybe_task(
         for _ in range(_JOIN_ROUNDS):
             await trio.lowlevel.checkpoint()
         return _input_required(host, binding, mrtr, scope), False
-    if mrtr is None and ended.answered and not ended.failed:  # it ended within the window
+    if mrtr is None and within and ended.answered and not ended.failed:  # it ended within the window
         rendered = scope.render_outcome(record.task_id, ended.unwrap())
         if isinstance(rendered, ErrorValue):
             raise rendered.exception()
