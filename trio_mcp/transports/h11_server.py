@@ -697,31 +697,34 @@ class _Connection:
         """Take the request's body from what was read already; True if it is all there (then
         ``receive()`` hands it over without reading). Over ``max_body_size``: True, and
         ``cycle.too_large``."""
-        conn = self.h11
-        if conn.they_are_waiting_for_100_continue:
+        if self.h11.they_are_waiting_for_100_continue:
             return False  # it is sent once the application asks for the body
-        chunks: list[bytes] = []
+        chunks, stop = self._take_body(cycle)
+        if stop is h11.EndOfMessage:
+            cycle.preread = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            return True
+        if stop is None:
+            return True  # too large
+        cycle.pending = chunks  # the rest comes later: what is here waits for receive()
+        return False
+
+    def _take_body(self, cycle: _Cycle) -> tuple[list[bytes], Any]:
+        """The body's parts already read (counted in ``cycle.body_size``), and what ended the
+        taking: ``h11.EndOfMessage``, ``h11.NEED_DATA``, another event (the connection closed
+        mid-body), or None: past ``max_body_size`` (``cycle.too_large``)."""
+        conn = self.h11
         limit = self.server.max_body_size
-        size = 0
+        chunks: list[bytes] = []
         while True:
             event = conn.next_event()
-            if type(event) is h11.Data:
-                data = bytes(event.data)
-                size += len(data)
-                if limit is not None and size > limit:
-                    cycle.too_large = True
-                    cycle.body_size = size
-                    return True
-                chunks.append(data)
-                continue
-            if type(event) is h11.EndOfMessage:
-                cycle.preread = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                cycle.body_size = size
-                return True
-            # NEED_DATA: the rest comes later (what is here waits in ``chunks``)
-            cycle.pending = chunks
-            cycle.body_size = size
-            return False
+            if type(event) is not h11.Data:
+                return chunks, (h11.EndOfMessage if type(event) is h11.EndOfMessage else event)
+            data = bytes(event.data)
+            cycle.body_size += len(data)
+            if limit is not None and cycle.body_size > limit:
+                cycle.too_large = True
+                return chunks, None
+            chunks.append(data)
 
     async def _error(self, status: int) -> None:
         """Answer ``status`` (no body) and close: the state of the request is unknown."""
@@ -758,44 +761,34 @@ class _Connection:
         conn = self.h11
         if conn.they_are_waiting_for_100_continue and not self.gone:
             await self.write(_bytes_of(conn, h11.InformationalResponse(status_code=100, headers=[])))
-        chunks: list[bytes] = []
-        limit = self.server.max_body_size
         try:
             while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    if chunks:
-                        break
-                    if not await self._receive():
-                        self.gone = True
-                        return _DISCONNECT
-                    continue
-                if type(event) is h11.Data:
-                    data = bytes(event.data)
-                    cycle.body_size += len(data)
-                    if limit is not None and cycle.body_size > limit:
-                        cycle.too_large = True  # the app sees the client go; we answer 413
-                        cycle.body_done = True
-                        return _DISCONNECT
-                    chunks.append(data)
-                    continue
-                if type(event) is h11.EndOfMessage:
+                chunks, stop = self._take_body(cycle)
+                if stop is None:  # the app sees the client go; we answer 413
+                    cycle.body_done = True
+                    return _DISCONNECT
+                if stop is h11.EndOfMessage:
                     cycle.body_done = True
                     self.deadline.deadline = math.inf
                     if not chunks:
                         return _EMPTY_BODY
                     body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                     return {"type": "http.request", "body": body, "more_body": False}
-                self.gone = True  # ConnectionClosed mid-body
-                return _DISCONNECT
+                if stop is not h11.NEED_DATA:
+                    self.gone = True  # ConnectionClosed mid-body
+                    return _DISCONNECT
+                if chunks:
+                    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                    return {"type": "http.request", "body": body, "more_body": True}
+                if not await self._receive():
+                    self.gone = True
+                    return _DISCONNECT
         except h11.RemoteProtocolError:
             self.gone = True  # a malformed body (bad chunked framing): the connection is over
             return _DISCONNECT
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.gone = True
             return _DISCONNECT
-        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        return {"type": "http.request", "body": body, "more_body": True}
 
     async def wait_disconnect(self, cycle: _Cycle) -> Message:
         """Wait until the client goes away or ``cycle``'s response is complete."""
