@@ -20,7 +20,9 @@ outbound queue. Guarantees:
 - **A direct transport** (:class:`~trio_mcp.transports.base.DirectTransport`, an HTTP
   session) has neither loop: its caller hands each message to :meth:`Endpoint.deliver` in its
   own Trio task, and each outgoing message goes to the transport's ``send_nowait`` as it is
-  queued. The rules above are the same; only the tasks that carry them differ.
+  queued. The rules above are the same, but for memory: what a direct transport is handed it
+  keeps, and bounds itself (an HTTP session's replay buffer, in bytes); only the tasks that
+  carry the rules differ.
 """
 
 from __future__ import annotations
