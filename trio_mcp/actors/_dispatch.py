@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import attrs
 import trio
 
-from ..protocol import _json, jsonrpc
+from ..protocol import jsonrpc
 from ..protocol.commands import (
     AwaitTaskResult,
     CallTool,
@@ -71,7 +71,7 @@ from ._calls import HookedToolRun, InputNeeded, Peer, Scope, ToolCall, ToolEntry
 from ._endpoint import OVERLOADED
 from ._middleware import Middlewares, RequestInfo
 from ._queue import describe
-from ._receiver import Rendered, Started, TaskReceiver, encode_answer
+from ._receiver import Rendered, Started, TaskReceiver, encode_answer, result_of
 from ._request import InboundRequest, RequestObserver
 from .runtime import MailboxFull, Reply, ask
 from .supervisor import Reveal, Unwatch, Watch
@@ -160,16 +160,6 @@ async def asked(started: Started | Rendered) -> Rendered:
     rendered = started.render(value)
     if started.after is not None and not isinstance(rendered, ErrorValue):
         started.after(value)
-    return rendered
-
-
-def result_of(rendered: Rendered) -> dict[str, Any]:
-    """An answer as a result dict (one already JSON text decoded); an error is raised."""
-    if isinstance(rendered, ErrorValue):
-        raise rendered.exception()
-    if isinstance(rendered, bytes):
-        result: dict[str, Any] = _json.loads(rendered)
-        return result
     return rendered
 
 

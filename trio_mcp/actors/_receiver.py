@@ -44,6 +44,16 @@ def encode_answer(request_id: jsonrpc.RequestId, rendered: Rendered) -> bytes:
     return jsonrpc.encode_response(request_id, rendered)
 
 
+def result_of(rendered: Rendered) -> dict[str, Any]:
+    """An answer as a result dict (one already JSON text decoded); an error is raised."""
+    if isinstance(rendered, ErrorValue):
+        raise rendered.exception()
+    if isinstance(rendered, bytes):
+        result: dict[str, Any] = _json.loads(rendered)
+        return result
+    return rendered
+
+
 class Started:
     """A query on its way: the reply slot, and how to render its answer as a JSON-RPC result
     (a plain class, not a value: one is made per query)."""
@@ -71,13 +81,7 @@ class Started:
         return encode_answer(request_id, rendered)
 
     async def wait(self) -> dict[str, Any]:
-        rendered = self.render(await self.reply.wait())
-        if isinstance(rendered, ErrorValue):
-            raise rendered.exception()
-        if isinstance(rendered, bytes):
-            result: dict[str, Any] = _json.loads(rendered)
-            return result
-        return rendered
+        return result_of(self.render(await self.reply.wait()))
 
 
 class StatusSink(Protocol):
