@@ -152,6 +152,11 @@ class SessionActor(Endpoint):
         self.client_tasks = TaskRequestor(self)
         """Follow the tasks this session's client runs for the server (see Context.elicit_task)."""
         self._nursery: trio.Nursery | None = None
+        session_id = getattr(transport, "id", None)  # read once: a transport's id never changes
+        self._mcp_session_id: str | None = session_id if isinstance(session_id, str) else None
+        if self._mcp_session_id is not None:
+            # What a message starts must see the session's id; without one, nothing to set.
+            self.deliver = self._deliver_in_session  # type: ignore[method-assign]
         if service.middleware_chain is not None:
             # Requests go through the middleware registered by now (and any added later).
             self.on_request = self._on_request_through  # type: ignore[method-assign]
@@ -172,8 +177,7 @@ class SessionActor(Endpoint):
         """The MCP session id the transport gave this connection — Streamable HTTP's
         ``Mcp-Session-Id`` (its session transport's ``id``) — or None: stdio and WebSocket
         connections have none (MCP defines session ids for Streamable HTTP only)."""
-        value = getattr(self.transport, "id", None)
-        return value if isinstance(value, str) else None
+        return self._mcp_session_id
 
     @property
     def client_capabilities(self) -> dict[str, Any]:
@@ -198,16 +202,17 @@ class SessionActor(Endpoint):
             if token is not None:
                 current_session_id.reset(token)
 
-    async def deliver(self, message: jsonrpc.Received) -> None:
-        # A direct transport's caller delivers from its own task (an HTTP POST's): what the
-        # message starts must still see this session's id, as the reader's tasks do.
-        session_id = self.mcp_session_id
-        if session_id is None or current_session_id.get() == session_id:
-            await super().deliver(message)
+    async def _deliver_in_session(self, message: jsonrpc.Received) -> None:
+        """:meth:`deliver` of a connection with an MCP session id: a direct transport's caller
+        delivers from its own task (an HTTP POST's), and what the message starts must still
+        see this session's id, as the reader's tasks do."""
+        session_id = self._mcp_session_id
+        if current_session_id.get() == session_id:
+            await Endpoint.deliver(self, message)
             return
         token = current_session_id.set(session_id)
         try:
-            await super().deliver(message)
+            await Endpoint.deliver(self, message)
         finally:
             current_session_id.reset(token)
 

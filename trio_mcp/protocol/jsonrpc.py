@@ -244,7 +244,8 @@ def encode_response_json(id: RequestId, result_json: bytes) -> bytes:
     >>> encode_response_json(7, b'{"a":1}') == encode_response(7, {"a": 1})
     True
     """
-    return b'{"jsonrpc":"2.0","id":' + _json.dumps(id) + b',"result":' + result_json + b"}"
+    encoded_id = b"%d" % id if type(id) is int else _json.dumps(id)
+    return b'{"jsonrpc":"2.0","id":' + encoded_id + b',"result":' + result_json + b"}"
 
 
 def encode_notification_json(method: str, params_json: bytes) -> bytes:
