@@ -116,7 +116,7 @@ class _Exchange:
         raise McpError(INVALID_REQUEST, f"A stateless request cannot send the client a {method} request")
 
     def remove_task(self, task_id: str) -> None:
-        self.supervisor.mailbox.put(Remove(self.owner, task_id), system=True)
+        self.supervisor.remove(Remove(self.owner, task_id))
 
     def tagged(self, kind: str, uri: str | None) -> None:
         """Tell this request's ``subscriptions/listen`` of a list change or resource update."""

@@ -159,7 +159,7 @@ class TaskReceiver:
         """A creation's continuation when its CreateTaskResult will not be sent: the task, if
         it was created (now or later), goes. Never raises."""
         if not reply.failed:
-            self.supervisor.mailbox.put(Remove(self.owner, reply.unwrap().task_id), system=True)
+            self.supervisor.remove(Remove(self.owner, reply.unwrap().task_id))
 
     def _notifier(self, renderer: Renderer) -> Callable[[TaskRecord], None]:
         # One for the connection's own dialect, shared by all its tasks (one per task would

@@ -250,7 +250,7 @@ class SessionActor(Endpoint):
         """Remove a task no client was told of, whoever owns it (its work, if begun, is
         cancelled): an identity's tasks outlive the connection, so dropping the connection's
         owner would not do."""
-        self.supervisor.mailbox.put(Remove(self.owner, task_id), system=True)
+        self.supervisor.remove(Remove(self.owner, task_id))
 
     def _read(self, message: jsonrpc.Request, modern: bool) -> tuple[Command, Scope] | ErrorValue:
         """What ``message`` asks, and how its era writes the answer; or the error to answer."""

@@ -521,6 +521,20 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         else:
             self._create(message)
 
+    def remove(self, message: Remove) -> None:
+        """Remove a task no client was told of (its work, if begun, is cancelled). A hidden
+        task (see :class:`CreateTask`) has no record in the store: it goes now, in the caller's
+        Trio task, unless earlier messages wait in the mailbox (mailbox order is kept, as in
+        :meth:`create`). Any other goes through the mailbox, bound or not (it must never be
+        refused: the task would stay, with nobody knowing its id)."""
+        task_id = message.task_id
+        unborn = self._unborn.get(task_id)
+        if unborn is not None and self._nursery is not None and not self._unread:
+            if unborn[0].owner == message.owner:
+                self._remove(task_id, GONE)
+            return
+        self.mailbox.put(message, system=True)
+
     @property
     def queues(self) -> bool:
         """Whether tasks are stored with their work (a store that is a work queue)."""
