@@ -643,7 +643,7 @@ def test_a_status_notification_and_the_cancel_answer_after_it_share_one_writing(
 
 
 call_params = st.dictionaries(
-    st.sampled_from(["name", "arguments", "task", "_meta", "other"]),
+    st.sampled_from(["name", "arguments", "task", "_meta", "other", "requestState"]),
     st.none()
     | st.booleans()
     | st.integers(-3, 3)

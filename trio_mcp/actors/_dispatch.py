@@ -489,8 +489,11 @@ async def _call(
     assert isinstance(scope, ModernScope)
     binding = ("tools/call", command.name, command.arguments)
     mrtr = InputNeeded(_answers(host, binding, command.request_state, command.input_responses))
+    running = run(host, entry, command.arguments, command.progress_token, scope, mrtr)
+    if entry.context_param is None:
+        return await running.result()  # no Context, no input to ask: nothing stops it to ask
     with mrtr.scope:
-        return await run(host, entry, command.arguments, command.progress_token, scope, mrtr).result()
+        return await running.result()
     return _input_required(host, binding, mrtr, scope)
 
 

@@ -92,34 +92,41 @@ def _cannot_cancel(record: TaskRecord) -> ErrorValue:
     return ErrorValue(INVALID_PARAMS, f"Cannot cancel task: already in terminal status '{status}'")
 
 
-_PLAIN_CALL_KEYS = frozenset({"name", "arguments", "task"})
 _TTL_ONLY = frozenset({"ttl"})
 
 CallFields = tuple[str, dict[str, Any] | None, bool, int | None, Meta | None]
-"""``tools/call`` params as the dialect uses them: the tool's name, its arguments, whether a
+"""``tools/call`` params as the dialects use them: the tool's name, its arguments, whether a
 task was asked for (a ``task`` object), that task's ``ttl``, and ``_meta``."""
 
 
 def call_tool_fields(params: dict[str, Any] | None) -> CallFields:
-    """``tools/call`` params, as :func:`~trio_mcp.protocol.converter.structure` reads them into
-    :class:`CallToolParams` (McpError -32602 naming the field otherwise). The common shape — a
-    name, an arguments object, a ``task`` with at most an integer ``ttl``, no ``_meta`` — is
-    read directly, without the two objects.
+    """``tools/call`` params (either era's), as :func:`~trio_mcp.protocol.converter.structure`
+    reads them into :class:`CallToolParams` (McpError -32602 naming the field otherwise; other
+    keys are ignored, as it ignores them). The common shape — a name, an arguments object, at
+    most a ``task`` with at most an integer ``ttl``, a ``_meta`` object or none — is read
+    directly, without the two objects.
 
     >>> call_tool_fields({"name": "echo", "arguments": {"text": "hi"}, "task": {"ttl": 60000}})
     ('echo', {'text': 'hi'}, True, 60000, None)
+    >>> call_tool_fields({"name": "echo", "_meta": {"progressToken": 1}, "requestState": "s"})
+    ('echo', None, False, None, {'progressToken': 1})
     """
-    if type(params) is dict and params.keys() <= _PLAIN_CALL_KEYS:
+    if type(params) is dict:
         name = params.get("name")
         arguments = params.get("arguments")
         task = params.get("task")
-        if type(name) is str and (arguments is None or type(arguments) is dict):
+        meta = params.get("_meta")
+        if (
+            type(name) is str
+            and (arguments is None or type(arguments) is dict)
+            and (meta is None or type(meta) is dict)
+        ):
             if task is None:
-                return name, arguments, False, None, None
+                return name, arguments, False, None, meta
             if type(task) is dict and task.keys() <= _TTL_ONLY:
                 ttl = task.get("ttl")
                 if ttl is None or type(ttl) is int:
-                    return name, arguments, True, ttl, None
+                    return name, arguments, True, ttl, meta
     call = structure(params, CallToolParams)
     task_meta = call.task
     return (

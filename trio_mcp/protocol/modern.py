@@ -44,11 +44,10 @@ from .errors import (
     ErrorValue,
     McpError,
 )
-from .handshake import LEVELS, ToolSupport, log_params, progress_token_of
+from .handshake import LEVELS, ToolSupport, call_tool_fields, log_params, progress_token_of
 from .jsonrpc import Notification, Request
 from .messages import (
     RELATED_TASK_KEY,
-    CallToolParams,
     CallToolResult,
     CancelledParams,
     Implementation,
@@ -391,11 +390,11 @@ class ModernDialect:
     def _call_tool(
         self, params: dict[str, Any] | None, tool_support: ToolSupport, scope: ModernScope
     ) -> CallTool | ErrorValue:
-        call = structure(params, CallToolParams)  # a ``task`` param is ignored in this era
-        token = progress_token_of(call.meta)
-        support = tool_support(call.name)
+        name, arguments, _, _, meta = call_tool_fields(params)  # ``task`` means nothing in this era
+        token = progress_token_of(meta)
+        support = tool_support(name)
         if support is None:
-            return ErrorValue(INVALID_PARAMS, f"Unknown tool: '{call.name}'")
+            return ErrorValue(INVALID_PARAMS, f"Unknown tool: '{name}'")
         responses = (params or {}).get("inputResponses")
         state = (params or {}).get("requestState")
         if responses is not None and not isinstance(responses, dict):
@@ -406,11 +405,11 @@ class ModernDialect:
             if not scope.has_tasks_extension:
                 return requires_tasks_extension()
             return CallTool(
-                call.name, call.arguments, token, as_task=True, input_responses=responses, request_state=state
+                name, arguments, token, as_task=True, input_responses=responses, request_state=state
             )
         auto = support == "optional" and scope.has_tasks_extension
         return CallTool(
-            call.name, call.arguments, token, auto_task=auto, input_responses=responses, request_state=state
+            name, arguments, token, auto_task=auto, input_responses=responses, request_state=state
         )
 
     @staticmethod
