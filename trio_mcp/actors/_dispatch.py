@@ -635,14 +635,23 @@ class _Race:
     both live as long as the task): once the race is over (:meth:`close`) it changes nothing,
     and the race holds nothing of the call."""
 
-    __slots__ = ("_waiter", "over", "settled")
+    __slots__ = ("_waiter", "over", "settled", "timed_out")
 
     def __init__(self) -> None:
         self.settled = False
         """A signal came."""
+        self.timed_out = False
+        """The window's end came (:meth:`time_out`), even if another signal came with it."""
         self.over = False
         """The call stopped waiting: later signals are ignored."""
         self._waiter: trio.lowlevel.Task | None = None
+
+    def time_out(self) -> None:
+        """The window's alarm: it ends the wait, and wins over a signal that came in the same
+        scheduler round (the waiter has not run since). Never raises."""
+        if not self.over:
+            self.timed_out = True
+            self.settle()
 
     def settle(self, _: object = None) -> None:
         """A signal (a reply's continuation, or a watcher's call): wake the waiter. Never
@@ -769,12 +778,18 @@ async def _settle_maybe_task(
     within = False
     try:
         if mrtr is None:
-            # An optional tool gets the auto-task window.
-            with trio.move_on_after(host.supervisor.limits.auto_task_after_ms / 1000) as window:
+            # An optional tool gets the auto-task window: an alarm, not a cancel scope (most
+            # calls end well within it, and a scope costs about as much as the rest of them).
+            alarms = host.supervisor.alarms
+            deadline = trio.current_time() + host.supervisor.limits.auto_task_after_ms / 1000
+            alarm = alarms.add(deadline, race.time_out)
+            try:
                 await race.wait()
+            finally:
+                alarms.withdraw(alarm)
             # The window's end wins a tie: an outcome that came in the same instant (both
             # deadlines passed in one scheduler round) is the task's, shown as one.
-            within = not window.cancelled_caught
+            within = not race.timed_out
         else:
             # A required one is a task anyway: only the input it asks for at once (within its
             # first scheduler rounds) comes before it.

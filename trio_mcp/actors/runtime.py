@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import heapq
+import logging
+import math
 from collections.abc import Callable, Iterator, Sized
 from typing import Any, Generic, TypeVar
 
@@ -30,6 +33,8 @@ __all__ = [
     "DEFAULT_MAILBOX_SIZE",
     "YIELD_EVERY",
     "Actor",
+    "Alarm",
+    "Alarms",
     "Mailbox",
     "MailboxClosed",
     "MailboxFull",
@@ -43,6 +48,83 @@ T = TypeVar("T")
 
 DEFAULT_MAILBOX_SIZE = 1024
 YIELD_EVERY = 64
+
+log = logging.getLogger("trio_mcp.actors")
+
+Alarm = list[Any]
+"""One alarm of :class:`Alarms`: ``[deadline, sequence, callback]``, the callback None once
+withdrawn."""
+
+
+class Alarms:
+    """Callbacks at deadlines, all called from one Trio task (:meth:`run`).
+
+    What a cancel scope with a deadline does for one waiting Trio task — wake it at a time —
+    at the cost of a heap entry: making, entering and leaving a scope costs about as much as
+    a small request. For waits that usually end before their deadline (a server-directed
+    call's auto-task window), the alarm is withdrawn when the wait ends, and the Trio task
+    wakes only for alarms that are due. Deadlines are on the Trio clock; an alarm is called
+    in the first scheduler round that finds its deadline passed (as a scope's would be
+    cancelled), in deadline order.
+
+    >>> alarms = Alarms()
+    >>> alarm = alarms.add(5.0, lambda: None)
+    >>> alarms.pending
+    1
+    >>> alarms.withdraw(alarm)
+    >>> alarms.pending
+    0
+    """
+
+    __slots__ = ("_count", "_heap", "_sleep")
+
+    def __init__(self) -> None:
+        self._heap: list[Alarm] = []
+        self._count = 0
+        self._sleep: trio.CancelScope | None = None  # the running task's, while it sleeps
+
+    @property
+    def pending(self) -> int:
+        """Alarms kept: not yet due, and not withdrawn from the front."""
+        return len(self._heap)
+
+    def add(self, deadline: float, callback: Callable[[], None]) -> Alarm:
+        """Call ``callback`` (it must not raise, nor wait) once ``deadline`` has passed,
+        unless :meth:`withdraw` is called first. Never waits."""
+        self._count += 1
+        alarm: Alarm = [deadline, self._count, callback]
+        heapq.heappush(self._heap, alarm)
+        sleep = self._sleep
+        if sleep is not None and deadline < sleep.deadline:
+            sleep.deadline = deadline
+        return alarm
+
+    def withdraw(self, alarm: Alarm) -> None:
+        """The alarm is not wanted any more (nothing if it was called already)."""
+        alarm[2] = None
+        heap = self._heap
+        if heap and heap[0] is alarm:  # the next one: move the wake-up on
+            while heap and heap[0][2] is None:
+                heapq.heappop(heap)
+            sleep = self._sleep
+            if sleep is not None:
+                sleep.deadline = heap[0][0] if heap else math.inf
+
+    async def run(self) -> None:
+        """Call alarms as they fall due, until cancelled."""
+        heap = self._heap
+        while True:
+            with trio.CancelScope(deadline=heap[0][0] if heap else math.inf) as self._sleep:
+                await trio.sleep_forever()
+            self._sleep = None
+            now = trio.current_time()
+            while heap and heap[0][0] <= now:
+                callback = heapq.heappop(heap)[2]
+                if callback is not None:
+                    try:
+                        callback()
+                    except Exception as exc:  # a bug of the caller's: the others still ring
+                        log.error("alarm callback failed: %r", exc, exc_info=exc)
 
 
 class MailboxFull(Exception):

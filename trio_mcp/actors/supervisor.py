@@ -60,7 +60,7 @@ from ..stores.base import (
 from ..stores.memory import MemoryTaskStore
 from ._observe import StoreObserver
 from ._writer import RetryPolicy, StoreWriter, Submission
-from .runtime import Actor, Reply
+from .runtime import Actor, Alarms, Reply
 from .task_actor import (
     CANCELLED,
     ActorHost,
@@ -392,6 +392,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         # Made once and shared: every live actor keeps a reference (a bound method made per
         # actor would be 64 bytes each).
         self._unread = self.mailbox.unread()  # the mailbox's backlog, tested at each creation
+        self.alarms = Alarms()
+        """Deadlines of the runtime's waits that seldom reach them (an auto-task window)."""
         self._actor_host = ActorHost(
             self.wall_clock,
             self._changed,
@@ -430,6 +432,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             if self._queue is not None:
                 nursery.start_soon(self._work_loop, self._queue)
             nursery.start_soon(self._expire_loop)
+            nursery.start_soon(self.alarms.run)
             self._nursery = nursery
             task_status.started()
             while True:
