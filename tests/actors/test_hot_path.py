@@ -199,7 +199,7 @@ async def test_a_tool_without_a_context_is_started_without_a_call_object() -> No
     times=st.tuples(st.floats(0, 4e9), st.floats(0, 4e9)),
     ttl=st.integers(0, 2**40),
     poll=st.none() | st.integers(0, 10**6),
-    message=st.none() | st.text(max_size=20),
+    message=st.none() | st.text(max_size=20) | st.sampled_from(['say "hi"\n', "lone \ud800"]),
 )
 def test_a_task_written_from_the_template_is_what_the_encoder_writes(
     task_id: str,

@@ -303,15 +303,16 @@ class HandshakeDialect:
     @staticmethod
     def task_json(record: TaskRecord) -> bytes:
         """:meth:`render_task` as JSON text (the answer to ``tasks/get``), byte for byte what
-        the encoder writes of it. A task with no status message and an id JSON needs no escape
-        for (every id this runtime makes) is written from a template."""
+        the encoder writes of it. A task with an id JSON needs no escape for (every id this
+        runtime makes: printable ASCII) is written from a template, its status message, if any,
+        encoded alone."""
         task_id = record.task_id
         ttl = record.ttl_ms
         poll = record.poll_interval_ms
         if (
-            record.status_message is None
-            and type(ttl) is int
+            type(ttl) is int
             and (poll is None or type(poll) is int)
+            and task_id.isascii()
             and task_id.isprintable()
             and '"' not in task_id
             and "\\" not in task_id
@@ -319,8 +320,11 @@ class HandshakeDialect:
             head = (
                 f'{{"taskId":"{task_id}","status":"{record.status}","createdAt":"{record.created_text}",'
                 f'"lastUpdatedAt":"{record.updated_text}","ttl":{ttl}'
-            )
-            return (head + "}" if poll is None else f'{head},"pollInterval":{poll}}}').encode()
+            ).encode()
+            message = record.status_message
+            if message is not None:
+                head += b',"statusMessage":' + _json.dumps(message)
+            return head + b"}" if poll is None else head + b',"pollInterval":%d}' % poll
         return _json.dumps(task_fields(record, ttl_key="ttl", poll_interval_key="pollInterval"))
 
     def cancelled_json(self, record: TaskRecord, was_terminal: bool) -> bytes | ErrorValue:
