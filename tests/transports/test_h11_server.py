@@ -1,6 +1,7 @@
 """Our HTTP/1.1 server (``trio_mcp.transports.h11_server``) over real sockets on 127.0.0.1:
 keep-alive, deadlines, size limits, connection caps, streaming, disconnects, backpressure,
-TLS and draining, each against a small ASGI application written here."""
+TLS and draining, each against a small application written here twice, the same behaviour
+as an ASGI application and as a native one (``serve_request``): every test runs with both."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from trio_mcp.transports.h11_server import ClientDisconnected, H11Server
+from trio_mcp.transports.h11_server import ClientDisconnected, H11Server, Request
 
 Scope = dict[str, Any]
 
@@ -90,9 +91,69 @@ def make_app(rec: Recorder) -> Any:
     return app
 
 
+class NativeApp:
+    """``make_app``'s application, served natively: the server hands it each :class:`Request`."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+
+    async def serve_request(self, request: Request) -> None:
+        rec = self.rec
+        path = request.path
+        if path == "/echo":
+            chunks = []
+            while True:
+                part = await request.read()
+                if part is None:  # the client went away
+                    return
+                if not part:
+                    break
+                chunks.append(part)
+            body = b"".join(chunks)
+            rec.bodies.append(body)
+            request.start(200, [(b"x-len", b"%d" % len(body))])
+            await request.end(body)  # ended before anything was written: content-length
+        elif path == "/stream":
+            request.start(200, [(b"content-type", b"text/event-stream")])
+            await request.write(b"data: one\n\n")
+            await rec.release.wait()
+            await request.write(b"data: two\n\n")
+            await request.end()
+        elif path == "/wait-disconnect":
+            assert await request.read() == b""
+            request.start(200, [])
+            await request.write(b"start\n")
+            rec.started.set()
+            await request.wait_disconnect()
+            assert request.gone
+            rec.disconnected.set()
+        elif path == "/flood":
+            request.start(200, [])
+            rec.started.set()
+            try:
+                while True:
+                    await request.write(b"x" * 65536)
+            except ClientDisconnected:
+                rec.send_failed.set()
+        elif path == "/slow":
+            rec.started.set()
+            await rec.release.wait()
+            await request.respond(200, [], b"slow done")
+        else:
+            assert request.client is not None
+            await request.respond(200, [], request.client[0].encode())
+
+
+@pytest.fixture(params=["asgi", "native"])
+def kind(request: pytest.FixtureRequest) -> str:
+    """Which of the two applications ``serving`` serves."""
+    return str(request.param)
+
+
 @asynccontextmanager
-async def serving(rec: Recorder, **kwargs: Any) -> AsyncIterator[tuple[int, H11Server]]:
-    server = H11Server(make_app(rec), **kwargs)
+async def serving(rec: Recorder, kind: str, **kwargs: Any) -> AsyncIterator[tuple[int, H11Server]]:
+    server = H11Server(NativeApp(rec) if kind == "native" else make_app(rec), **kwargs)
+    assert (server.native is not None) == (kind == "native")
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     port = listeners[0].socket.getsockname()[1]
     async with trio.open_nursery() as nursery:
@@ -177,10 +238,10 @@ def request(method: str, path: str, body: bytes = b"", **headers: str) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
-async def test_keep_alive_pipelining_chunked_and_connection_close() -> None:
+async def test_keep_alive_pipelining_chunked_and_connection_close(kind: str) -> None:
     rec = Recorder()
     with trio.fail_after(10):
-        async with serving(rec) as (port, server):
+        async with serving(rec, kind) as (port, server):
             raw = await Raw.open(port)
             # three requests on one connection, the last two pipelined in one write
             await raw.stream.send_all(request("POST", "/echo", b"first"))
@@ -212,11 +273,11 @@ def clock() -> MockClock:
     return MockClock(rate=1)
 
 
-async def test_deadlines_answer_408_and_idle_connections_close(clock: MockClock) -> None:
+async def test_deadlines_answer_408_and_idle_connections_close(clock: MockClock, kind: str) -> None:
     rec = Recorder()
     timeouts = {"header_timeout": 30, "body_timeout": 30, "keepalive_timeout": 30}
     with trio.fail_after(1000):  # virtual seconds: the test jumps the clock
-        async with serving(rec, **timeouts) as (port, server):
+        async with serving(rec, kind, **timeouts) as (port, server):
             # a head that never ends
             slow_head = await Raw.open(port)
             await slow_head.stream.send_all(b"GET / HTTP/1.1\r\nhost: x\r\n")
@@ -263,10 +324,10 @@ async def test_deadlines_answer_408_and_idle_connections_close(clock: MockClock)
             assert (await fresh.response())[0] == 200
 
 
-async def test_size_limits_431_and_413() -> None:
+async def test_size_limits_431_and_413(kind: str) -> None:
     rec = Recorder()
     with trio.fail_after(10):
-        async with serving(rec, max_header_size=1024, max_body_size=1000) as (port, _):
+        async with serving(rec, kind, max_header_size=1024, max_body_size=1000) as (port, _):
             big_head = await Raw.open(port)
             await big_head.stream.send_all(request("GET", "/", x_big="a" * 4000))
             assert (await big_head.response())[0] == 431
@@ -283,10 +344,10 @@ async def test_size_limits_431_and_413() -> None:
             assert (await ok.response())[2] == b"a" * 1000
 
 
-async def test_connection_cap_is_fair_per_address_and_evicts_idle() -> None:
+async def test_connection_cap_is_fair_per_address_and_evicts_idle(kind: str) -> None:
     rec = Recorder()
     with trio.fail_after(10):
-        async with serving(rec, max_connections=4, max_connections_per_address=2) as (port, server):
+        async with serving(rec, kind, max_connections=4, max_connections_per_address=2) as (port, server):
             first = [await Raw.open(port), await Raw.open(port)]
             for raw in first:  # both served (and then idle, kept alive)
                 await raw.stream.send_all(request("GET", "/"))
@@ -306,10 +367,10 @@ async def test_connection_cap_is_fair_per_address_and_evicts_idle() -> None:
             assert len(server.connections) == 4
 
 
-async def test_streaming_flushes_each_event_and_the_app_sees_disconnects() -> None:
+async def test_streaming_flushes_each_event_and_the_app_sees_disconnects(kind: str) -> None:
     rec = Recorder()
     with trio.fail_after(10):
-        async with serving(rec) as (port, _), httpx.AsyncClient() as http:
+        async with serving(rec, kind) as (port, _), httpx.AsyncClient() as http:
             async with http.stream("GET", f"http://127.0.0.1:{port}/stream") as response:
                 chunks = response.aiter_raw()
                 assert await chunks.__anext__() == b"data: one\n\n"  # before the app sends more
@@ -322,10 +383,10 @@ async def test_streaming_flushes_each_event_and_the_app_sees_disconnects() -> No
             await rec.disconnected.wait()
 
 
-async def test_a_client_that_does_not_read_holds_the_writer_then_is_dropped() -> None:
+async def test_a_client_that_does_not_read_holds_the_writer_then_is_dropped(kind: str) -> None:
     rec = Recorder()
     with trio.fail_after(10):
-        async with serving(rec, write_timeout=0.3) as (port, server):
+        async with serving(rec, kind, write_timeout=0.3) as (port, server):
             raw = await Raw.open(port)
             await raw.stream.send_all(request("GET", "/flood"))
             await rec.started.wait()
@@ -365,13 +426,13 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     return cert, key
 
 
-async def test_tls(certificate: tuple[str, str]) -> None:
+async def test_tls(certificate: tuple[str, str], kind: str) -> None:
     cert, key = certificate
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
     rec = Recorder()
     with trio.fail_after(10):
-        async with serving(rec, ssl_context=context) as (port, _):
+        async with serving(rec, kind, ssl_context=context) as (port, _):
             async with httpx.AsyncClient(verify=ssl.create_default_context(cafile=cert)) as http:
                 for n in range(3):  # keep-alive over TLS
                     answer = await http.post(f"https://127.0.0.1:{port}/echo", content=b"secret %d" % n)
@@ -380,10 +441,10 @@ async def test_tls(certificate: tuple[str, str]) -> None:
                     await http.get(f"http://127.0.0.1:{port}/")  # plain HTTP on the TLS port
 
 
-async def test_draining_refuses_new_requests_and_lets_the_running_one_finish() -> None:
+async def test_draining_refuses_new_requests_and_lets_the_running_one_finish(kind: str) -> None:
     rec = Recorder()
     with trio.fail_after(10):
-        async with serving(rec) as (port, server):
+        async with serving(rec, kind) as (port, server):
             busy, idle = await Raw.open(port), await Raw.open(port)
             await idle.stream.send_all(request("GET", "/"))
             assert (await idle.response())[0] == 200

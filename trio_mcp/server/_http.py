@@ -1,8 +1,11 @@
 """Serving MCP over Streamable HTTP, both protocol eras on one endpoint.
 
 :func:`mcp_asgi_app` is an ASGI 3 application for any Trio ASGI server; :func:`serve_http` runs
-it on our own HTTP/1.1 server (:mod:`trio_mcp.transports.h11_server`, h11 on Trio), with TLS,
-connection limits and a graceful stop. The pure rules (headers, SSE framing, Host checks) live in
+the same application on our own HTTP/1.1 server (:mod:`trio_mcp.transports.h11_server`, h11 on
+Trio), with TLS, connection limits and a graceful stop, natively: the server hands it each
+request (:meth:`McpHttpApp.serve_request`), without ASGI. Both ways in are thin adapters
+(:class:`_NativeExchange`, :class:`_AsgiExchange`) onto one core that sees an
+:class:`_Exchange`. The pure rules (headers, SSE framing, Host checks) live in
 :mod:`trio_mcp.transports.http`; the user guide is ``docs/http.md``.
 
 Each POST is routed by era: a ``MCP-Protocol-Version`` header naming a modern version, or a
@@ -79,6 +82,7 @@ from ..transports.h11_server import (
     DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
     DEFAULT_MAX_HEADER_SIZE,
     H11Server,
+    Request,
     listener_addresses,
 )
 from ..transports.http import (
@@ -195,27 +199,52 @@ def _error_body(code: int, message: str, id: jsonrpc.RequestId | None = None, da
 
 
 # -- one HTTP exchange ----------------------------------------------------------------------
-class _Exchange:
-    """One ASGI HTTP request/response, with the disconnect it may end in."""
+_SSE_HEAD = (
+    (b"content-type", SSE.encode()),
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"x-accel-buffering", b"no"),
+)
 
-    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self.scope = scope
-        self.method: str = scope["method"]
-        self.path: str = scope["path"]
-        self._receive = receive
-        self._send = send
-        self.headers: dict[str, list[str]] = {}
-        headers = self.headers
-        for raw_name, raw_value in scope.get("headers") or ():
-            name = raw_name.decode("latin-1").lower()  # bytes (or a bytearray) in ASGI
-            found = headers.get(name)
-            if found is None:
-                headers[name] = [raw_value.decode("latin-1")]
-            else:
-                found.append(raw_value.decode("latin-1"))
+
+def _head(content_type: str | None, headers: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """A response's headers, encoded: ``headers`` (lower-case names), then ``content_type``."""
+    head = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers] if headers else []
+    if content_type is not None:
+        head.append((b"content-type", content_type.encode("latin-1")))
+    return head
+
+
+class _Exchange:
+    """One HTTP request and its response, with the disconnect it may end in: the one interface
+    the app's core serves. Two kinds, the same to the core: :class:`_NativeExchange` on our
+    own server's :class:`~trio_mcp.transports.h11_server.Request` (what ``serve_http`` runs),
+    and :class:`_AsgiExchange` on an ASGI server's ``scope``, ``receive`` and ``send``.
+
+    :attr:`headers` maps each lower-case name to its values, decoded once. A kind provides
+    :attr:`scheme`, :attr:`peer`, :meth:`read_body`, :meth:`watch`, :meth:`start`,
+    :meth:`write`, :meth:`end` and :meth:`respond`; the rest is shared."""
+
+    __slots__ = (
+        "_watching",
+        "access",
+        "disconnected",
+        "finished",
+        "headers",
+        "method",
+        "path",
+        "reminder",
+        "started",
+        "watched",
+    )
+
+    def __init__(self, method: str, path: str, headers: dict[str, list[str]]) -> None:
+        self.method = method
+        self.path = path
+        self.headers = headers
         self.started = False
         self.finished = False
-        self.disconnected = trio.Event()
+        self.disconnected = False
+        """The client has gone (seen while reading, writing or watching)."""
         self.access: AccessToken | None = None
         """What the verifier said of the request's bearer token (None: no verifier)."""
         self.watched: trio.CancelScope | None = None
@@ -225,6 +254,51 @@ class _Exchange:
         starting its watch (see :meth:`_Watches.remind`)."""
         self._watching: trio.CancelScope | None = None
 
+    # -- what each kind provides ---------------------------------------------------------------
+    @property
+    def scheme(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def peer(self) -> str | None:
+        """The client's address (without its port), as the HTTP server gives it; None if unknown."""
+        raise NotImplementedError
+
+    def _raw_headers(self) -> Iterable[tuple[bytes, bytes]]:
+        raise NotImplementedError
+
+    async def read_body(self, limit: int) -> bytes | None:
+        """The whole body, or None if it exceeds ``limit`` bytes (the rest is not read). A
+        client gone before its end: what came (and :attr:`disconnected`)."""
+        raise NotImplementedError
+
+    async def watch(self) -> None:
+        """Wait for the client to go away (run after the body was read)."""
+        raise NotImplementedError
+
+    async def start(self, status: int, head: list[tuple[bytes, bytes]]) -> bool:
+        """Begin a streamed response (``head``: lower-case names, bytes). False: the client has gone."""
+        raise NotImplementedError
+
+    async def write(self, data: bytes) -> bool:
+        raise NotImplementedError
+
+    async def end(self, data: bytes = b"") -> bool:
+        """Write ``data`` as the body's last part, and end the response (one write)."""
+        raise NotImplementedError
+
+    async def respond(
+        self,
+        status: int,
+        body: bytes = b"",
+        *,
+        content_type: str | None = None,
+        headers: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        """A whole response, ``content-length`` added (see :func:`_head`)."""
+        raise NotImplementedError
+
+    # -- shared --------------------------------------------------------------------------------
     def start_watch(self, nursery: trio.Nursery) -> None:
         """Read the request's connection for its disconnect, from a task in ``nursery``, until
         :meth:`stop_watch`; a disconnect cancels :attr:`watched`."""
@@ -242,79 +316,16 @@ class _Exchange:
         """Who makes this request, as its tools see it: ``identity``, the token's scopes, and
         the request's headers (``Authorization`` redacted)."""
         scopes = self.access.scopes if self.access is not None else frozenset()
-        return Caller(identity, scopes, request_headers(self.scope.get("headers") or ()))
+        return Caller(identity, scopes, request_headers(self._raw_headers()))
 
     def header(self, name: str) -> str | None:
         values = self.headers.get(name)
         return values[0] if values else None
 
-    async def read_body(self, limit: int) -> bytes | None:
-        """The whole body, or None if it exceeds ``limit`` bytes (the rest is not read)."""
+    def too_long(self, limit: int) -> bool:
+        """Whether the ``Content-Length`` header says the body is longer than ``limit``."""
         length = self.header("content-length")
-        if length is not None and length.strip().isdigit() and int(length) > limit:
-            return None
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await self._receive()
-            if message["type"] == "http.disconnect":
-                self.disconnected.set()
-                return b"".join(chunks)
-            chunk = bytes(message.get("body", b""))
-            size += len(chunk)
-            if size > limit:
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
-
-    async def watch(self) -> None:
-        """Wait for the client to go away (run after the body was read)."""
-        while not self.disconnected.is_set():
-            message = await self._receive()
-            if message["type"] == "http.disconnect":
-                self.disconnected.set()
-
-    async def _out(self, message: Message) -> bool:
-        if self.disconnected.is_set():
-            return False
-        try:
-            await self._send(message)
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
-            self.disconnected.set()
-            return False
-        return True
-
-    async def start(self, status: int, headers: Iterable[tuple[str, str]] = ()) -> bool:
-        self.started = True
-        encoded = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
-        return await self._out({"type": "http.response.start", "status": status, "headers": encoded})
-
-    async def write(self, data: bytes) -> bool:
-        return await self._out({"type": "http.response.body", "body": data, "more_body": True})
-
-    async def end(self, data: bytes = b"") -> bool:
-        """Write ``data`` as the body's last part (one ASGI send, not a write and an empty end)."""
-        if self.finished:
-            return False
-        self.finished = True
-        return await self._out({"type": "http.response.body", "body": data, "more_body": False})
-
-    async def respond(
-        self,
-        status: int,
-        body: bytes = b"",
-        *,
-        content_type: str | None = None,
-        headers: Iterable[tuple[str, str]] = (),
-    ) -> None:
-        all_headers = list(headers)
-        if content_type is not None:
-            all_headers.append(("content-type", content_type))
-        all_headers.append(("content-length", str(len(body))))
-        if await self.start(status, all_headers):
-            self.finished = True
-            await self._out({"type": "http.response.body", "body": body, "more_body": False})
+        return length is not None and length.strip().isdigit() and int(length) > limit
 
     async def error(
         self,
@@ -329,14 +340,196 @@ class _Exchange:
         """An HTTP error whose body is a JSON-RPC error response."""
         await self.respond(status, _error_body(code, message, id, data), content_type=JSON, headers=headers)
 
-    async def start_sse(self, extra: Iterable[tuple[str, str]] = ()) -> bool:
-        headers = [
-            ("content-type", SSE),
-            ("cache-control", "no-cache, no-transform"),
-            ("x-accel-buffering", "no"),
-            *extra,
-        ]
-        return await self.start(200, headers)
+    async def start_sse(self) -> bool:
+        return await self.start(200, list(_SSE_HEAD))
+
+
+class _NativeExchange(_Exchange):
+    """An exchange on our own HTTP server (``serve_http``): its
+    :class:`~trio_mcp.transports.h11_server.Request`, used directly."""
+
+    __slots__ = ("request",)
+
+    def __init__(self, request: Request) -> None:
+        super().__init__(request.method, request.path, request.headers)
+        self.request = request
+
+    @property
+    def scheme(self) -> str:
+        return self.request.scheme
+
+    @property
+    def peer(self) -> str | None:
+        client = self.request.client
+        return client[0] if client is not None else None
+
+    def _raw_headers(self) -> Iterable[tuple[bytes, bytes]]:
+        return self.request.raw_headers
+
+    async def read_body(self, limit: int) -> bytes | None:
+        request = self.request
+        body = request.body
+        if body is not None:  # it came with the head (the common case)
+            return body if len(body) <= limit else None
+        if self.too_long(limit):
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            part = await request.read()
+            if part is None:
+                self.disconnected = True
+                return b"".join(chunks)
+            if not part:
+                return b"".join(chunks)
+            size += len(part)
+            if size > limit:
+                return None
+            chunks.append(part)
+
+    async def watch(self) -> None:
+        await self.request.wait_disconnect()  # (or the response is complete)
+        self.disconnected = True
+
+    async def start(self, status: int, head: list[tuple[bytes, bytes]]) -> bool:
+        self.started = True
+        if self.disconnected:
+            return False
+        self.request.start(status, head)
+        return True
+
+    async def write(self, data: bytes) -> bool:
+        if self.disconnected:
+            return False
+        try:
+            await self.request.write(data)
+        except OSError:  # ClientDisconnected
+            self.disconnected = True
+            return False
+        return True
+
+    async def end(self, data: bytes = b"") -> bool:
+        if self.finished or self.disconnected:
+            self.finished = True
+            return False
+        self.finished = True
+        try:
+            await self.request.end(data)
+        except OSError:
+            self.disconnected = True
+            return False
+        return True
+
+    async def respond(
+        self,
+        status: int,
+        body: bytes = b"",
+        *,
+        content_type: str | None = None,
+        headers: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        self.started = self.finished = True
+        if self.disconnected:
+            return
+        try:
+            await self.request.respond(status, _head(content_type, headers), body)
+        except OSError:
+            self.disconnected = True
+
+
+class _AsgiExchange(_Exchange):
+    """An exchange under any ASGI 3 server: its ``scope``, ``receive`` and ``send``."""
+
+    __slots__ = ("_receive", "_send", "scope")
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers: dict[str, list[str]] = {}
+        for raw_name, raw_value in scope.get("headers") or ():
+            name = raw_name.decode("latin-1").lower()  # bytes (or a bytearray) in ASGI
+            found = headers.get(name)
+            if found is None:
+                headers[name] = [raw_value.decode("latin-1")]
+            else:
+                found.append(raw_value.decode("latin-1"))
+        super().__init__(scope["method"], scope["path"], headers)
+        self.scope = scope
+        self._receive = receive
+        self._send = send
+
+    @property
+    def scheme(self) -> str:
+        return str(self.scope.get("scheme", "http"))
+
+    @property
+    def peer(self) -> str | None:
+        client = self.scope.get("client")
+        if isinstance(client, list | tuple) and client:
+            return str(client[0])
+        return None
+
+    def _raw_headers(self) -> Iterable[tuple[bytes, bytes]]:
+        return self.scope.get("headers") or ()
+
+    async def read_body(self, limit: int) -> bytes | None:
+        if self.too_long(limit):
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self.disconnected = True
+                return b"".join(chunks)
+            chunk = bytes(message.get("body", b""))
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def watch(self) -> None:
+        while not self.disconnected:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self.disconnected = True
+
+    async def _out(self, message: Message) -> bool:
+        if self.disconnected:
+            return False
+        try:
+            await self._send(message)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            self.disconnected = True
+            return False
+        return True
+
+    async def start(self, status: int, head: list[tuple[bytes, bytes]]) -> bool:
+        self.started = True
+        return await self._out({"type": "http.response.start", "status": status, "headers": head})
+
+    async def write(self, data: bytes) -> bool:
+        return await self._out({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def end(self, data: bytes = b"") -> bool:
+        if self.finished:
+            return False
+        self.finished = True
+        return await self._out({"type": "http.response.body", "body": data, "more_body": False})
+
+    async def respond(
+        self,
+        status: int,
+        body: bytes = b"",
+        *,
+        content_type: str | None = None,
+        headers: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        head = _head(content_type, headers)
+        head.append((b"content-length", b"%d" % len(body)))
+        self.started = self.finished = True
+        if await self._out({"type": "http.response.start", "status": status, "headers": head}):
+            await self._out({"type": "http.response.body", "body": body, "more_body": False})
 
 
 class _Watches:
@@ -420,7 +613,7 @@ class _Watches:
         ``scope``: the scope ``work`` runs in, entered by ``work`` itself (a cancel scope costs
         as much as a small request: a request that has one anyway lends it): a disconnect
         cancels that one."""
-        if exchange.disconnected.is_set():
+        if exchange.disconnected:
             return False
         watching = scope if scope is not None else trio.CancelScope()
         nursery = self.nursery
@@ -450,7 +643,7 @@ class _Watches:
                 await work()
             # (a scope lent may have been cancelled by someone else, e.g. a shutdown: only a
             # disconnect makes the answer pointless)
-            return not exchange.disconnected.is_set()
+            return not exchange.disconnected
         finally:
             self.pending.pop(exchange, None)
             exchange.stop_watch()
@@ -462,7 +655,7 @@ async def _cancel_on_disconnect(exchange: _Exchange, watching: trio.CancelScope)
             await exchange.watch()
         except Exception as exc:  # not the app's nursery's to handle: the exchange is over
             log.debug("reading an HTTP request for its disconnect failed: %r", exc)
-            exchange.disconnected.set()
+            exchange.disconnected = True
         if exchange.watched is not None:
             exchange.watched.cancel()
 
@@ -496,16 +689,26 @@ class _Stream:
         self.finished = False  # a POST stream whose response is in ``events``
         self.consumer: trio.CancelScope | None = None  # the HTTP response writing it now
         self.sent_upto = 0
-        self.changed = trio.Event()
+        self._changed: trio.Event | None = None
         self.undecided = False
         """A POST's stream whose answer may still be plain JSON: nothing came before it yet."""
         self.answer: bytes | None = None
         """The response, when it came first to an undecided stream (never buffered for replay:
         it is answered as JSON, with no event id)."""
 
+    @property
+    def changed(self) -> trio.Event:
+        """Set at the stream's next change (made when first asked for: most streams are over
+        before anyone waits)."""
+        changed = self._changed
+        if changed is None:
+            changed = self._changed = trio.Event()
+        return changed
+
     def wake(self) -> None:
-        self.changed.set()
-        self.changed = trio.Event()
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
 
     def after(self, seq: int) -> list[_Event]:
         new: list[_Event] = []
@@ -518,13 +721,26 @@ class _Stream:
 
 
 class _Waiter:
-    """A request answered as one JSON object: where its response goes."""
+    """A request answered as one JSON object: where its response goes. (Most responses are
+    there before anyone waits: the event to wait on is made only when needed.)"""
 
-    __slots__ = ("data", "done")
+    __slots__ = ("_event", "data", "done")
 
     def __init__(self) -> None:
-        self.done = trio.Event()
+        self.done = False
         self.data: bytes | None = None
+        self._event: trio.Event | None = None
+
+    def set(self) -> None:
+        self.done = True
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self) -> None:
+        if not self.done:
+            if self._event is None:
+                self._event = trio.Event()
+            await self._event.wait()
 
 
 class _Session:
@@ -620,7 +836,7 @@ class _Session:
         self.end()
         for holder in self._by_request.values():
             if isinstance(holder, _Waiter):
-                holder.done.set()
+                holder.set()
         for stream in self.streams.values():
             stream.wake()
 
@@ -669,7 +885,7 @@ class _Session:
         (its POST stream ends; a JSON request is answered 204)."""
         holder = self._by_request.pop(request_id, None) if isinstance(request_id, int | str) else None
         if isinstance(holder, _Waiter):
-            holder.done.set()
+            holder.set()
         elif isinstance(holder, _Stream):
             holder.finished = True
             for token in [t for t, s in self._by_token.items() if s is holder]:
@@ -682,7 +898,7 @@ class _Session:
         holder = self._by_request.pop(request_id, None) if isinstance(request_id, int | str) else None
         if isinstance(holder, _Waiter):
             holder.data = data
-            holder.done.set()
+            holder.set()
             return
         target = self.get_stream
         if isinstance(holder, _Stream):
@@ -872,7 +1088,8 @@ class _ModernAnswer:
 
 # -- the application ------------------------------------------------------------------------
 class McpHttpApp:
-    """The MCP endpoint as an ASGI 3 application (see :func:`mcp_asgi_app`).
+    """The MCP endpoint as an ASGI 3 application (see :func:`mcp_asgi_app`), which our own
+    HTTP server serves natively instead (:meth:`serve_request`).
 
     It needs a running Trio context of its own for sessions: under an ASGI server that runs
     the ``lifespan`` protocol it starts itself; otherwise run it with ``async with
@@ -1072,7 +1289,14 @@ class McpHttpApp:
             if kind == "websocket":
                 await send({"type": "websocket.close", "code": 1000})
             return
-        exchange = _Exchange(scope, receive, send)
+        await self._serve(_AsgiExchange(scope, receive, send))
+
+    async def serve_request(self, request: Request) -> None:
+        """Serve one request of our own HTTP server's natively, without ASGI (the server calls
+        this instead of the app itself: see :class:`~trio_mcp.transports.h11_server.H11Server`)."""
+        await self._serve(_NativeExchange(request))
+
+    async def _serve(self, exchange: _Exchange) -> None:
         try:
             await self._handle(exchange)
         finally:
@@ -1170,12 +1394,19 @@ class McpHttpApp:
         if body is None:
             await exchange.error(413, f"Request body larger than {self.max_body_size} bytes")
             return
-        if exchange.disconnected.is_set():
+        if exchange.disconnected:
+            return
+        if exchange.method == "POST":
+            self._working += 1
+            try:
+                await self._post(exchange, body, identity)
+            finally:
+                self._working -= 1
+                if not self._working and self._quiet is not None:
+                    self._quiet.set()
             return
         version = exchange.header(HEADER_PROTOCOL_VERSION)
-        if exchange.method == "POST":
-            await self._post(exchange, body, identity)
-        elif version in MODERN_VERSIONS:
+        if version in MODERN_VERSIONS:
             await exchange.error(
                 405, f"Method not allowed in {version}: POST only", headers=[("allow", "POST")]
             )
@@ -1188,8 +1419,7 @@ class McpHttpApp:
     def _resource(self, exchange: _Exchange) -> str:
         if self.resource_url is not None:
             return self.resource_url
-        scheme = exchange.scope.get("scheme", "http")
-        return f"{scheme}://{exchange.header('host')}{self.path}"
+        return f"{exchange.scheme}://{exchange.header('host')}{self.path}"
 
     def _metadata_url(self, exchange: _Exchange) -> str:
         resource = self._resource(exchange)
@@ -1259,15 +1489,6 @@ class McpHttpApp:
 
     # -- POST -------------------------------------------------------------------------------
     async def _post(self, exchange: _Exchange, body: bytes, identity: str | None) -> None:
-        self._working += 1
-        try:
-            await self._post_message(exchange, body, identity)
-        finally:
-            self._working -= 1
-            if not self._working and self._quiet is not None:
-                self._quiet.set()
-
-    async def _post_message(self, exchange: _Exchange, body: bytes, identity: str | None) -> None:
         if not _accepts_post(tuple(exchange.headers.get("accept", ()))):
             await exchange.error(
                 406, f"Not acceptable: the Accept header must list {JSON} and {SSE}", id=_id_of(body)
@@ -1392,7 +1613,7 @@ class McpHttpApp:
             await exchange.error(400, error.message, code=error.code, id=message.id, data=error.data)
             return
         owner = identity_owner(identity) if identity is not None else ANONYMOUS_OWNER
-        peer = _peer(exchange) if identity is None else None
+        peer = exchange.peer if identity is None else None
         client = f"address:{peer}" if peer is not None else None  # anonymous: counted per address
         runtime = self.runtime
         assert runtime is not None
@@ -1455,7 +1676,7 @@ class McpHttpApp:
             and not exchange.headers.get(HEADER_SESSION_ID)
         )
         if creating:
-            session = self._new_session(identity, _peer(exchange))
+            session = self._new_session(identity, exchange.peer)
             if session is None:
                 await exchange.error(
                     503,
@@ -1555,7 +1776,7 @@ class McpHttpApp:
         if not await session.feed(request, exchange.caller(session.identity)):
             await exchange.error(404, "Session not found")
             return
-        if not waiter.done.is_set() and not await self._watches.watched(exchange, waiter.done.wait):
+        if not waiter.done and not await self._watches.watched(exchange, waiter.wait):
             session.abandon(request.id, waiter)
             if creating:
                 self._end(session)
@@ -1970,11 +2191,3 @@ def _bind(host: str, port: int) -> str:
 
 
 register_listener("http", serve_http, "http://{host}:{port}/mcp")
-
-
-def _peer(exchange: _Exchange) -> str | None:
-    """The client's address (without its port), as the ASGI server gives it; None if unknown."""
-    client = exchange.scope.get("client")
-    if isinstance(client, list | tuple) and client:
-        return str(client[0])
-    return None

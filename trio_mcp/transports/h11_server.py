@@ -1,9 +1,17 @@
-"""A small HTTP/1.1 server for ASGI 3 applications, on h11 (sans-IO) and Trio.
+"""A small HTTP/1.1 server on h11 (sans-IO) and Trio, for ASGI 3 applications and native ones.
 
-:class:`H11Server` serves an ASGI 3 ``http`` application (``app(scope, receive, send)``) on
-Trio listeners: ``serve_http`` runs the MCP endpoint (:class:`~trio_mcp.server.McpHttpApp`) on
-it, and any other ASGI 3 application runs on it the same way. It does not run the ``lifespan``
-protocol: whoever serves the application opens its context (``McpHttpApp.running()``).
+:class:`H11Server` serves an application on Trio listeners, one of two kinds:
+
+- **native**: an object with a ``serve_request(request)`` method (:class:`NativeApp`) gets
+  each request as a :class:`Request`: method, path and headers decoded once, the body when it
+  came with the head, and ``start``/``write``/``end``/``respond`` that go straight to h11, with
+  no ASGI messages in between. ``serve_http`` runs the MCP endpoint
+  (:class:`~trio_mcp.server.McpHttpApp`) so.
+- **ASGI 3**: any other application, ``app(scope, receive, send)``, ``http`` scopes only; its
+  ``receive`` and ``send`` are built on the same :class:`Request` methods.
+
+It does not run the ``lifespan`` protocol: whoever serves the application opens its context
+(``McpHttpApp.running()``).
 
 What it guarantees:
 
@@ -26,13 +34,13 @@ What it guarantees:
   from one peer address, so one address cannot take every slot; past the total the
   connection idle the longest is closed to make room, and if none is idle the new one is
   answered **503** and closed.
-- **Backpressure.** ``send`` returns once the bytes are handed to the kernel: an application
-  that writes faster than its client reads waits.
-- **Streaming.** Every ``http.response.body`` message is written at once (an SSE event is
-  flushed per ``send``); a response without ``content-length`` is sent chunked. The head of a
+- **Backpressure.** A write (``send``) returns once the bytes are handed to the kernel: an
+  application that writes faster than its client reads waits.
+- **Streaming.** Every write (``http.response.body`` message) is written at once (an SSE event
+  is flushed per write); a response without ``content-length`` is sent chunked. The head of a
   response is written together with its first body part.
-- **Disconnects.** ``receive()``, once the body is read, waits for the client to go away and
-  returns ``http.disconnect`` then, or as soon as the response is complete.
+- **Disconnects.** :meth:`Request.wait_disconnect` (ASGI: ``receive()`` once the body is read)
+  waits for the client to go away, or for the response to be complete.
 - ``Connection: close`` (either side), chunked request bodies, ``Expect: 100-continue`` and
   pipelined requests (served one after another) follow RFC 9112.
 - **Draining.** :meth:`H11Server.drain` stops accepting; a request arriving on a live
@@ -49,7 +57,7 @@ import math
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 import h11
@@ -65,6 +73,8 @@ __all__ = [
     "DEFAULT_WRITE_TIMEOUT",
     "ClientDisconnected",
     "H11Server",
+    "NativeApp",
+    "Request",
 ]
 
 log = logging.getLogger("trio_mcp.http.server")
@@ -100,6 +110,13 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class NativeApp(Protocol):
+    """An application served natively: it gets each :class:`Request` itself, no ASGI."""
+
+    async def serve_request(self, request: Request, /) -> None: ...
+
 
 _DISCONNECT: dict[str, Any] = {"type": "http.disconnect"}
 _EMPTY_BODY: dict[str, Any] = {"type": "http.request", "body": b"", "more_body": False}
@@ -141,8 +158,17 @@ def _bytes_of(conn: h11.Connection, event: h11.Event) -> bytes:
     return data if data is not None else b""
 
 
+def _parts_of(conn: h11.Connection, event: h11.Event) -> list[bytes]:
+    """What ``event`` writes, in parts (h11 would join them: the response is joined once)."""
+    return conn.send_with_data_passthrough(event) or []
+
+
+_END = h11.EndOfMessage()
+"""Every response's end (an event h11 only reads)."""
+
+
 class H11Server:
-    """An HTTP/1.1 server for one ASGI 3 application (see the module docstring).
+    """An HTTP/1.1 server for one application, native or ASGI 3 (see the module docstring).
 
     ``await server.serve(listeners)`` serves until cancelled (``nursery.start`` reports when
     it accepts). ``ssl_context`` turns every connection into HTTPS (``trio.SSLStream``; the
@@ -152,7 +178,7 @@ class H11Server:
 
     def __init__(
         self,
-        app: App,
+        app: App | NativeApp,
         *,
         ssl_context: ssl.SSLContext | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
@@ -168,7 +194,11 @@ class H11Server:
             raise ValueError("max_connections(_per_address) must be >= 1 and max_header_size >= 256")
         if min(header_timeout, body_timeout, keepalive_timeout, write_timeout) <= 0:
             raise ValueError("timeouts must be positive")
-        self.app = app
+        native = getattr(app, "serve_request", None)
+        self.native: Callable[[Request], Awaitable[None]] | None = native
+        """The application's ``serve_request``, when it has one (then it is served natively)."""
+        self.app: App | None = None if native is not None else app  # type: ignore[assignment]
+        """The ASGI application, when it is served as one."""
         self.ssl_context = ssl_context
         self.max_connections = max_connections
         self.max_connections_per_address = max_connections_per_address
@@ -330,103 +360,255 @@ class H11Server:
                 del self._per_address[address]
 
 
-class _Cycle:
-    """One request and its response on a connection: the ASGI ``receive`` and ``send``."""
+class Request:
+    """One request on a connection and its response.
+
+    This is the native interface: an application with a ``serve_request(request)`` method gets
+    this object, with the head already parsed and decoded once (:attr:`method`, :attr:`path`,
+    :attr:`headers`), the whole :attr:`body` when it came with the head, :meth:`read` for the
+    rest, and :meth:`start`, :meth:`write`, :meth:`end` and :meth:`respond`, which go straight
+    to h11. The ASGI ``receive`` and ``send`` of an ASGI application are built on the same
+    methods (:meth:`scope`, :meth:`receive`, :meth:`send`).
+
+    Responses: :meth:`respond` writes a whole response (``content-length`` added) in one write.
+    :meth:`start` keeps the head, which is written with the first :meth:`write` or the
+    :meth:`end`: a response ended before anything was written gets a ``content-length``,
+    otherwise it is sent chunked. Every write waits until the bytes are handed to the kernel
+    (backpressure) and raises :class:`ClientDisconnected` once the client has gone. A ``HEAD``
+    request's response is written without its body. ``date`` is added to every response, and
+    ``connection: close`` while the server drains.
+    """
 
     __slots__ = (
+        "body",
         "body_done",
         "body_size",
+        "checked",
         "complete",
         "connection",
         "ended",
         "head",
         "head_sent",
+        "headers",
         "is_head",
+        "lost",
+        "method",
+        "path",
         "pending",
-        "preread",
+        "raw_headers",
+        "sized",
         "started",
+        "target",
         "too_large",
     )
 
-    def __init__(self, connection: _Connection, is_head: bool) -> None:
+    def __init__(self, connection: _Connection, event: h11.Request, headers: dict[str, list[str]]) -> None:
         self.connection = connection
-        self.is_head = is_head
-        self.body_done = False
+        method = event.method
+        self.method: str = method.decode("ascii")
+        """The request's method, e.g. ``"POST"``."""
+        self.is_head = method == b"HEAD"
+        self.target: bytes = event.target
+        target = self.target
+        if target[:1] == b"/" and b"%" not in target and b"?" not in target:  # the common case
+            self.path: str = target.decode("latin-1")
+            """The request target's path, percent-decoded (as ASGI's ``path``)."""
+        else:
+            self.path = _path_of(_split_target(target)[0])
+        self.headers = headers
+        """The request's headers: lower-case name -> its values, in order, decoded (latin-1)."""
+        self.raw_headers: Sequence[tuple[bytes, bytes]] = event.headers
+        """The headers as h11 parsed them: (lower-case name, value) pairs, bytes."""
+        self.body: bytes | None = None
+        """The whole body, when it was read with the head (the common case); else None, and
+        :meth:`read` reads it."""
+        self.pending: list[bytes] = []  # the body's first parts, read with the head
+        self.body_done = False  # read() has handed over the whole body (or found it lost)
+        self.lost = False  # the body did not come whole: the client went, or it was too large
         self.body_size = 0
+        self.too_large = False
         self.started = False
         self.head_sent = False
-        self.complete = False  # the response is written (receive() returns http.disconnect)
+        self.sized = False  # the head has a content-length
+        self.checked = False  # the head's headers are to be checked by h11 (an ASGI application's)
         self.ended = False  # the response's last part is being written
-        self.too_large = False
+        self.complete = False  # the response is written (wait_disconnect() returns)
         self.head: tuple[int, list[tuple[bytes, bytes]]] = (0, [])
-        self.preread: bytes | None = None  # the whole body, read with the head
-        self.pending: list[bytes] = []  # the body's first parts, read with the head
 
-    async def receive(self) -> Message:
-        connection = self.connection
-        if self.body_done:  # the application has the whole body
-            if self.complete or connection.gone:
-                return _DISCONNECT
-            return await connection.wait_disconnect(self)
-        if self.too_large and not self.body_done:
+    # -- about the request -----------------------------------------------------------------------
+    @property
+    def client(self) -> tuple[str, int] | None:
+        """The peer's (address, port), if known."""
+        return self.connection.client
+
+    @property
+    def local(self) -> tuple[str, int] | None:
+        """The (address, port) the request came in on, if known."""
+        return self.connection.local
+
+    @property
+    def scheme(self) -> str:
+        return self.connection.server.scheme
+
+    @property
+    def gone(self) -> bool:
+        """The client has gone (or the connection broke): nothing more can be written."""
+        return self.connection.gone
+
+    # -- the body --------------------------------------------------------------------------------
+    async def read(self) -> bytes | None:
+        """The body's next part: the whole :attr:`body` if it came with the head, ``b""`` once
+        it is all read, None if it will not come whole (the client went away or sent a
+        malformed body, or it is larger than ``max_body_size``: the server then answers 413)."""
+        if self.body_done:
+            return None if self.lost else b""
+        body = self.body
+        if body is not None:
             self.body_done = True
-            return _DISCONNECT  # the application sees the client go; the server answers 413
-        preread = self.preread
-        if preread is not None:
-            self.body_done = True
-            self.preread = None
-            if not preread:
-                return _EMPTY_BODY
-            return {"type": "http.request", "body": preread, "more_body": False}
+            return body
+        if self.too_large:
+            self.body_done = self.lost = True
+            return None
         if self.pending:
             chunks, self.pending = self.pending, []
-            return {"type": "http.request", "body": b"".join(chunks), "more_body": True}
-        return await connection.read_body(self)
+            return b"".join(chunks)
+        return await self.connection.read_body(self)
 
-    async def send(self, message: Message) -> None:
-        connection = self.connection
-        kind = message["type"]
-        if kind == "http.response.start":
-            if self.started:
-                raise RuntimeError("http.response.start sent twice")
-            self.started = True
-            self.head = (int(message["status"]), list(message.get("headers") or ()))
-            return
-        if kind != "http.response.body":
-            raise RuntimeError(f"unexpected ASGI message {kind!r}")
+    async def wait_disconnect(self) -> None:
+        """Wait until the client goes away or the response is complete (read the body first)."""
+        if not (self.complete or self.connection.gone):
+            await self.connection.wait_disconnect(self)
+
+    # -- the response ----------------------------------------------------------------------------
+    def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        """Begin the response (nothing is written yet). ``headers``: (lower-case name, value)
+        pairs, bytes; the list is the server's from now on (``date`` is appended to it).
+
+        A native application's headers are written as given, without h11's checks (a regular
+        expression per name and per value, a good part of a small response's cost): they must
+        be valid, names tokens and values free of CR, LF and NUL. An ASGI application's are
+        checked."""
+        if self.started:
+            raise RuntimeError("the response was started twice")
+        self.started = True
+        self.head = (status, headers)
+
+    async def write(self, data: bytes) -> None:
+        """Write ``data`` as the next part of the body (the head first, if not written yet)."""
+        await self._out(data, True)
+
+    async def end(self, data: bytes = b"") -> None:
+        """Write ``data`` as the body's last part, and the end of the response."""
+        await self._out(data, False)
+
+    async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes = b"") -> None:
+        """A whole response: ``headers`` (as for :meth:`start`) and ``content-length``, then
+        ``body``, in one write."""
+        headers.append((b"content-length", b"%d" % len(body)))
+        self.start(status, headers)
+        self.sized = True
+        await self._out(body, False)
+
+    async def _out(self, body: bytes, more: bool) -> None:
         if not self.started or self.ended:
-            raise RuntimeError("http.response.body outside a response")
+            raise RuntimeError("a response body outside a response")
+        connection = self.connection
         if connection.gone:
             raise ClientDisconnected("the client has gone")
-        body = message.get("body", b"")
-        more = bool(message.get("more_body", False))
         conn = connection.h11
-        parts: list[bytes] = []
         try:
             if not self.head_sent:
                 self.head_sent = True
                 status, headers = self.head
-                sized = any(name.lower() == b"content-length" for name, _ in headers)
-                if not more and not self.is_head and not sized:
+                if not (more or self.is_head or self.sized):
                     headers.append((b"content-length", b"%d" % len(body)))
                 headers.append((b"date", _date()))
                 if connection.server.draining:
                     headers.append((b"connection", b"close"))
-                parts.append(_bytes_of(conn, h11.Response(status_code=status, headers=headers)))
+                if self.checked:
+                    response = h11.Response(status_code=status, headers=headers)
+                else:  # (h11's own parser passes _parsed so for what it has checked already)
+                    response = h11.Response(
+                        status_code=status, headers=headers, reason=b"", http_version=b"1.1", _parsed=True
+                    )
+                parts = _parts_of(conn, response)
+            else:
+                parts = []
             if body and not self.is_head:
-                parts.append(_bytes_of(conn, h11.Data(data=body)))
+                parts += _parts_of(conn, h11.Data(data=body))
             if not more:
-                parts.append(_bytes_of(conn, h11.EndOfMessage()))
+                parts += _parts_of(conn, _END)
                 self.ended = True
         except h11.LocalProtocolError as exc:
             connection.gone = True
-            raise RuntimeError(f"the application's response is not valid HTTP/1.1: {exc}") from exc
+            raise RuntimeError(f"the response is not valid HTTP/1.1: {exc}") from exc
         try:
             await connection.write(parts[0] if len(parts) == 1 else b"".join(parts))
         finally:
-            if self.ended:  # only once written: a receive() waiting for a disconnect returns now
+            if self.ended:  # only once written: a wait for a disconnect returns now
                 self.complete = True
                 connection.response_done()
+
+    # -- ASGI, on the same methods -----------------------------------------------------------------
+    def scope(self) -> Scope:
+        """The ASGI ``http`` scope of the request."""
+        raw_path, query = _split_target(self.target)
+        connection = self.connection
+        return {
+            "type": "http",
+            "asgi": _ASGI,
+            "http_version": "1.1",
+            "method": self.method,
+            "scheme": connection.server.scheme,
+            "path": self.path,
+            "raw_path": raw_path,
+            "query_string": query,
+            "root_path": "",
+            "headers": self.raw_headers,
+            "client": connection.client,
+            "server": connection.local,
+        }
+
+    async def receive(self) -> Message:
+        """ASGI ``receive``: the body (:meth:`read`), then ``http.disconnect`` once the client
+        goes away or the response is complete (:meth:`wait_disconnect`)."""
+        if self.body_done:
+            await self.wait_disconnect()
+            return _DISCONNECT
+        body = await self.read()
+        if body is None:
+            return _DISCONNECT
+        if self.body_done and not body:
+            return _EMPTY_BODY
+        return {"type": "http.request", "body": body, "more_body": not self.body_done}
+
+    async def send(self, message: Message) -> None:
+        """ASGI ``send``: ``http.response.start`` is :meth:`start`, ``http.response.body``
+        :meth:`write` or, without ``more_body``, :meth:`end`."""
+        kind = message["type"]
+        if kind == "http.response.start":
+            headers = list(message.get("headers") or ())
+            self.start(int(message["status"]), headers)
+            self.checked = True  # (names in any case, str or bytes: h11 checks and lowers them)
+            self.sized = any(name.lower() == b"content-length" for name, _ in headers)
+        elif kind == "http.response.body":
+            await self._out(message.get("body", b""), bool(message.get("more_body", False)))
+        else:
+            raise RuntimeError(f"unexpected ASGI message {kind!r}")
+
+
+def _split_target(target: bytes) -> tuple[bytes, bytes]:
+    """A request target's raw path and query string (an absolute-form target's path)."""
+    raw_path, _, query = target.partition(b"?")
+    if not raw_path.startswith(b"/"):  # absolute form: http://host/path
+        after = raw_path.partition(b"://")[2]
+        raw_path = b"/" + after.partition(b"/")[2]
+    return raw_path, query
+
+
+def _path_of(raw_path: bytes) -> str:
+    path = raw_path.decode("latin-1")
+    return unquote(path) if "%" in path else path
 
 
 class _Connection:
@@ -616,102 +798,90 @@ class _Connection:
         data += _bytes_of(self.h11, h11.EndOfMessage())
         await self.write(data)
 
-    def _scope(self, request: h11.Request) -> Scope:
-        target = bytes(request.target)
-        raw_path, _, query = target.partition(b"?")
-        if not raw_path.startswith(b"/"):  # absolute form: http://host/path
-            after = raw_path.partition(b"://")[2]
-            raw_path = b"/" + after.partition(b"/")[2]
-        path = raw_path.decode("latin-1")
-        if "%" in path:
-            path = unquote(path)
-        return {
-            "type": "http",
-            "asgi": _ASGI,
-            "http_version": "1.1",
-            "method": request.method.decode("ascii"),
-            "scheme": self.server.scheme,
-            "path": path,
-            "raw_path": raw_path,
-            "query_string": query,
-            "root_path": "",
-            "headers": request.headers,
-            "client": self.client,
-            "server": self.local,
-        }
-
-    async def _serve(self, request: h11.Request) -> bool:
+    async def _serve(self, event: h11.Request) -> bool:
         """Serve one request; whether the connection can go on."""
         server = self.server
         conn = self.h11
-        size = len(request.target) + 16
-        for name, value in request.headers:
+        # the head's size (h11 checks only heads that arrive in several reads), and its headers
+        # decoded once, for the application
+        size = len(event.target) + 16
+        headers: dict[str, list[str]] = {}
+        for name, value in event.headers.raw_items():  # (iterating Headers itself is slow)
             size += len(name) + len(value) + 4
-            if (
-                name == b"content-length"
-                and server.max_body_size is not None
-                and int(value) > server.max_body_size
-            ):
+            key = name.lower().decode("latin-1")
+            found = headers.get(key)
+            if found is None:
+                headers[key] = [value.decode("latin-1")]
+            else:
+                found.append(value.decode("latin-1"))
+        if server.max_body_size is not None:
+            length = headers.get("content-length")  # (h11 checked it: digits, one value)
+            if length is not None and int(length[0]) > server.max_body_size:
                 await self._error(413)
                 return False
-        if size > server.max_header_size:  # h11 checks only heads that arrive in several reads
+        if size > server.max_header_size:
             await self._error(431)
             return False
-        cycle = _Cycle(self, request.method == b"HEAD")
-        if self._buffered_body(cycle):  # the whole body is here already (the common case)
+        request = Request(self, event, headers)
+        if self._buffered_body(request):  # the whole body is here already (the common case)
             if self.deadline.deadline != math.inf:  # a first request's, or a slow head's
                 self.deadline.deadline = math.inf
         else:
             self.deadline.deadline = trio.current_time() + server.body_timeout
         server.in_progress += 1
         try:
-            await server.app(self._scope(request), cycle.receive, cycle.send)
+            native = server.native
+            if native is not None:
+                await native(request)
+            else:
+                assert server.app is not None
+                await server.app(request.scope(), request.receive, request.send)
         except Exception as exc:
             if not (self.gone and isinstance(exc, OSError)):
-                log.error("the ASGI application failed: %r", exc, exc_info=exc)
-            if not cycle.started and not self.gone:
+                log.error("the application failed: %r", exc, exc_info=exc)
+            if not request.started and not self.gone:
                 await self._error(500)
             return False
         finally:
             server.in_progress -= 1
-            cycle.complete = True
+            request.complete = True
             self.response_done()
-        if cycle.too_large:
-            if not cycle.started:
+        if request.too_large:
+            if not request.started:
                 await self._error(413)
             return False
         if self.gone:
             return False
-        if not cycle.head_sent:
-            log.error("the ASGI application returned without a response")
+        if not request.head_sent:
+            log.error("the application returned without a response")
             await self._error(500)
             return False
         if conn.our_state is not h11.DONE:  # a response the application did not finish
             return False
-        await self._wait_watcher()
+        if self.watch_done is not None:
+            await self._wait_watcher()
         if conn.their_state is h11.SEND_BODY:  # a body the application did not read: drop it
             return await self._discard_body()
         return True
 
-    def _buffered_body(self, cycle: _Cycle) -> bool:
+    def _buffered_body(self, request: Request) -> bool:
         """Take the request's body from what was read already; True if it is all there (then
-        ``receive()`` hands it over without reading). Over ``max_body_size``: True, and
-        ``cycle.too_large``."""
+        it is :attr:`Request.body`). Over ``max_body_size``: True, and ``request.too_large``."""
         if self.h11.they_are_waiting_for_100_continue:
             return False  # it is sent once the application asks for the body
-        chunks, stop = self._take_body(cycle)
+        chunks, stop = self._take_body(request)
         if stop is h11.EndOfMessage:
-            cycle.preread = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            request.body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             return True
         if stop is None:
             return True  # too large
-        cycle.pending = chunks  # the rest comes later: what is here waits for receive()
+        request.pending = chunks  # the rest comes later: what is here waits for read()
         return False
 
-    def _take_body(self, cycle: _Cycle) -> tuple[list[bytes], Any]:
-        """The body's parts already read (counted in ``cycle.body_size``), and what ended the
+    def _take_body(self, request: Request) -> tuple[list[bytes], Any]:
+        """The body's parts already read (counted in ``request.body_size``), and what ended the
         taking: ``h11.EndOfMessage``, ``h11.NEED_DATA``, another event (the connection closed
-        mid-body), or None: past ``max_body_size`` (``cycle.too_large``)."""
+        mid-body), or None: past ``max_body_size`` (``request.too_large``)."""
         conn = self.h11
         limit = self.server.max_body_size
         chunks: list[bytes] = []
@@ -720,9 +890,9 @@ class _Connection:
             if type(event) is not h11.Data:
                 return chunks, (h11.EndOfMessage if type(event) is h11.EndOfMessage else event)
             data = bytes(event.data)
-            cycle.body_size += len(data)
-            if limit is not None and cycle.body_size > limit:
-                cycle.too_large = True
+            request.body_size += len(data)
+            if limit is not None and request.body_size > limit:
+                request.too_large = True
                 return chunks, None
             chunks.append(data)
 
@@ -756,46 +926,42 @@ class _Connection:
                 return False
         return False
 
-    # -- the application's receive ---------------------------------------------------------------
-    async def read_body(self, cycle: _Cycle) -> Message:
+    # -- reading for the application ------------------------------------------------------------
+    async def read_body(self, request: Request) -> bytes | None:
+        """The next part of ``request``'s body, read from the client (see :meth:`Request.read`)."""
         conn = self.h11
         if conn.they_are_waiting_for_100_continue and not self.gone:
             await self.write(_bytes_of(conn, h11.InformationalResponse(status_code=100, headers=[])))
         try:
             while True:
-                chunks, stop = self._take_body(cycle)
-                if stop is None:  # the app sees the client go; we answer 413
-                    cycle.body_done = True
-                    return _DISCONNECT
+                chunks, stop = self._take_body(request)
                 if stop is h11.EndOfMessage:
-                    cycle.body_done = True
+                    request.body_done = True
                     self.deadline.deadline = math.inf
-                    if not chunks:
-                        return _EMPTY_BODY
-                    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                    return {"type": "http.request", "body": body, "more_body": False}
+                    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                if stop is None:  # too large: the application sees the client go; we answer 413
+                    break
                 if stop is not h11.NEED_DATA:
                     self.gone = True  # ConnectionClosed mid-body
-                    return _DISCONNECT
+                    break
                 if chunks:
-                    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                    return {"type": "http.request", "body": body, "more_body": True}
+                    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
                 if not await self._receive():
                     self.gone = True
-                    return _DISCONNECT
+                    break
         except h11.RemoteProtocolError:
             self.gone = True  # a malformed body (bad chunked framing): the connection is over
-            return _DISCONNECT
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.gone = True
-            return _DISCONNECT
+        request.body_done = request.lost = True
+        return None
 
-    async def wait_disconnect(self, cycle: _Cycle) -> Message:
-        """Wait until the client goes away or ``cycle``'s response is complete."""
-        while self.watch_done is not None:  # another receive() is reading: wait for it
+    async def wait_disconnect(self, request: Request) -> None:
+        """Wait until the client goes away or ``request``'s response is complete."""
+        while self.watch_done is not None:  # another wait is reading: wait for it
             await self.watch_done.wait()
-            if cycle.complete or self.gone:
-                return _DISCONNECT
+            if request.complete or self.gone:
+                return
         scope = trio.CancelScope()
         done = trio.Event()
         self.watch_scope, self.watch_done = scope, done
@@ -810,19 +976,18 @@ class _Connection:
                             self.reader.start_soon(self._read_ahead)
                         await self.pending.wait()
                         if self.gone:
-                            return _DISCONNECT
+                            return
                         continue
                     data = await self.stream.receive_some(RECEIVE_SIZE)
                     if not data:
                         self.gone = True
-                        return _DISCONNECT
+                        return
                     self.h11.receive_data(bytes(data) if type(data) is bytearray else data)  # type: ignore[arg-type]
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.gone = True
         finally:
             self.watch_scope = self.watch_done = None
             done.set()
-        return _DISCONNECT
 
     def response_done(self) -> None:
         if self.watch_scope is not None:

@@ -143,19 +143,23 @@ def decode_header_value(text: str) -> str | None:
         return None
 
 
+_NAME_FIELDS = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
+"""The field of ``params`` that ``Mcp-Name`` carries, by method."""
+
+
 def expected_name(method: str, params: Any) -> str | None:
     """What ``Mcp-Name`` must carry for ``method``: ``params.name`` (``tools/call``,
     ``prompts/get``), ``params.uri`` (``resources/read``), ``params.taskId`` (``tasks/get``,
     ``tasks/update``, ``tasks/cancel``); None when the method has no name header (or the body
     lacks the field, which the request's own validation reports)."""
-    key = {
-        "tools/call": "name",
-        "prompts/get": "name",
-        "resources/read": "uri",
-        "tasks/get": "taskId",
-        "tasks/update": "taskId",
-        "tasks/cancel": "taskId",
-    }.get(method)
+    key = _NAME_FIELDS.get(method)
     if key is None or not isinstance(params, dict):
         return None
     value = params.get(key)
