@@ -16,6 +16,12 @@ processes sent Redis per task (counted by ``MONITOR`` in a separate, untimed pas
 one command), and all the commands Redis ran, those inside scripts included (``INFO stats``
 ``total_commands_processed``). The issue's targets: at most 15 commands per round trip; CPU per
 task at 3 processes at most 1.2x that at 1 process.
+
+Also printed: the times per task the server processes went to sleep waiting (their voluntary
+context switches, ``/proc/PID/task/*/status``; Redis's apart). Most of what 3 processes cost
+over 1 is there: a process that sleeps between requests wakes with its caches cold, and on a
+small shared machine its next stretch of work then costs up to about twice the CPU; one process
+serving every request is usually still busy with the previous round trip when the next arrives.
 """
 
 from __future__ import annotations
@@ -77,6 +83,25 @@ def sent_commands(port: int, ports: list[int], tasks: int) -> float:
     return sum(b" lua]" not in line for line in lines) / tasks
 
 
+def sleeps(pid: int) -> int:
+    """How many times every live thread of ``pid`` went to sleep waiting so far (voluntary
+    context switches)."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            pass  # the thread ended between the listing and the read
+    return total
+
+
 def start(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
     process = subprocess.Popen(
         [sys.executable, "-m", "trio_mcp.cli", "serve", SERVER, "--http", "127.0.0.1:0"],
@@ -136,18 +161,23 @@ def measure(valkey: Valkey, processes: int, tasks: int, concurrency: int = 1) ->
         ports = [port for _, port in started]
         round_trips(ports, 40 * processes, 0, concurrency)  # warm-up: every process past its first calls
         time.sleep(0.5)
-        pids = [process.pid for process, _ in started] + [valkey.pid]
+        servers = [process.pid for process, _ in started]
+        pids = [*servers, valkey.pid]
         cpu, before = sum(process_cpu(pid) for pid in pids), commands(valkey.port)
+        slept, redis_slept = sum(sleeps(pid) for pid in servers), sleeps(valkey.pid)
         began = time.monotonic()
         round_trips(ports, tasks, 1000, concurrency)
         elapsed = time.monotonic() - began
         cpu, done = sum(process_cpu(pid) for pid in pids) - cpu, commands(valkey.port)
+        slept, redis_slept = sum(sleeps(pid) for pid in servers) - slept, sleeps(valkey.pid) - redis_slept
         return {
             "processes": processes,
             "concurrency": concurrency,
             "tasks": tasks,
             "cpu_ms_per_task": 1000 * cpu / tasks,
             "commands_run_per_task": (done - before - 1) / tasks,  # less the INFO itself
+            "sleeps_per_task": slept / tasks,
+            "redis_sleeps_per_task": redis_slept / tasks,
             "commands_sent_per_task": sent_commands(valkey.port, ports, 50),
             "seconds": elapsed,
         }
@@ -173,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         results = [measure(valkey, n, args.tasks, c) for c in levels for n in counts]
     print(
         f"{'in flight':>9} {'processes':>9} {'CPU ms/task':>12} {'x 1 process':>12} {'sent/task':>10}"
-        f" {'run/task':>9}"
+        f" {'run/task':>9} {'sleeps/task':>12} {'Redis sleeps':>13}"
     )
     for row in results:
         base = next(
@@ -185,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['concurrency']:>9} {row['processes']:>9} {row['cpu_ms_per_task']:>12.2f}"
             f" {row['cpu_ms_per_task'] / base:>12.2f}"
             f" {row['commands_sent_per_task']:>10.1f} {row['commands_run_per_task']:>9.1f}"
+            f" {row['sleeps_per_task']:>12.2f} {row['redis_sleeps_per_task']:>13.2f}"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

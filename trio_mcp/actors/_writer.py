@@ -50,7 +50,15 @@ import trio
 
 from ..protocol.errors import INTERNAL_ERROR, TASK_LIMIT_REACHED, ErrorValue
 from ..protocol.records import TaskRecord
-from ..stores.base import ImmediateTaskStore, SharedTaskStore, TaskEvent, TaskStore, WorkQueue, WorkRefused
+from ..stores.base import (
+    AnnouncedUpdates,
+    ImmediateTaskStore,
+    SharedTaskStore,
+    TaskEvent,
+    TaskStore,
+    WorkQueue,
+    WorkRefused,
+)
 from ._observe import ObservedStore, StoreObserver, call_store
 
 __all__ = ["STORE_UNAVAILABLE", "Backoff", "RetryPolicy", "StoreWriter", "Submission"]
@@ -155,6 +163,8 @@ class StoreWriter:
         self._on_stored = on_stored
         self._on_lost = on_lost
         self._shared = shared
+        self._announced = shared if isinstance(shared, AnnouncedUpdates) else None
+        """A shared store whose updates announce themselves (one call, not three)."""
         self._origin = origin
         self._lease_seconds = lease_seconds
         self._wall_clock = wall_clock
@@ -384,7 +394,13 @@ class StoreWriter:
             if lane.deleting:
                 return
             attempt = record if record.version == lane.stored + 1 else record.with_version(lane.stored + 1)
-            ok, updated = await self._call(partial(store.update, attempt), self.timeout)
+            announced = self._announced
+            write = (
+                partial(announced.update_announced, attempt, self._origin)
+                if announced is not None
+                else partial(store.update, attempt)
+            )
+            ok, updated = await self._call(write, self.timeout)
             if ok and updated:
                 await self._stored(lane, attempt, record)
                 return
@@ -413,7 +429,8 @@ class StoreWriter:
         if attempt.is_terminal:
             lane.ended = True
         self._on_stored(record)
-        await self._announce(record.task_id, release=attempt.is_terminal)
+        if self._announced is None:  # (else the update announced itself, in the same step)
+            await self._announce(record.task_id, release=attempt.is_terminal)
 
     async def _publish(self, event: TaskEvent) -> None:
         """Tell the other processes (a hint: a failure is logged)."""

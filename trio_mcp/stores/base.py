@@ -35,6 +35,7 @@ import attrs
 from ..protocol.records import TaskRecord
 
 __all__ = [
+    "AnnouncedUpdates",
     "DurableTaskStore",
     "ImmediateTaskStore",
     "InvalidCursor",
@@ -168,6 +169,20 @@ class TargetedEvents(SharedTaskStore, Protocol):
     def events_for(self, origin: str) -> AbstractAsyncContextManager[AsyncIterator[TaskEvent]]: ...
     async def watch(self, task_ids: Sequence[str], origin: str) -> None: ...
     async def unwatch(self, task_ids: Sequence[str], origin: str) -> None: ...
+
+
+@runtime_checkable
+class AnnouncedUpdates(SharedTaskStore, Protocol):
+    """A shared store that announces an update in the same atomic step as the update itself.
+
+    ``update_announced(record, origin)`` is ``update(record)`` and, only if that stored the
+    record: ``release([record.task_id])`` when the record is terminal, then ``publish`` of
+    ``TaskEvent("changed", record.task_id, origin)`` — all or nothing, in one call (with Redis,
+    one round trip instead of three). A process writing a change waits for the store once, not
+    three times: each wait is a sleep and a wake-up of a process that, among several sharing a
+    store, has usually nothing else to do meanwhile."""
+
+    async def update_announced(self, record: TaskRecord, origin: str) -> bool: ...
 
 
 class WorkRefused(Exception):

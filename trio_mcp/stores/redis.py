@@ -440,10 +440,13 @@ end
 # ARGV: P, id, owner, tag, epoch, record, version, status, expires_at, ttl ms, work, holder
 # ('' to queue), until, max per owner (-1: none), max in all (-1: none)
 # -> 1 created, 0 the id exists, -1 the owner's share is full, -2 the queue is full
+# (a record that has ended already — its run ended before its creation was stored — gets no
+# lease: nothing runs it, and no later write of its process would release it)
 _CREATE_WORK = (
     _QUEUE_PRELUDE
     + _CREATE_RECORD
-    + """
+    + f"""
+local terminal = {_TERMINAL_LUA}
 local id, tag, holder = ARGV[2], ARGV[4], ARGV[12]
 if holder == '' then
   local counts = redis.call('HMGET', P .. 'queued', tag, '*')
@@ -458,8 +461,10 @@ if holder == '' then
   queue_entry(id, tag)
 else
   redis.call('HSET', tkey, 'w', ARGV[11], 'a', 1)
-  redis.call('ZADD', P .. 'leases', ARGV[13], id)
-  redis.call('HSET', P .. 'origins', id, holder)
+  if not terminal[ARGV[8]] then
+    redis.call('ZADD', P .. 'leases', ARGV[13], id)
+    redis.call('HSET', P .. 'origins', id, holder)
+  end
 end
 return 1
 """
@@ -542,7 +547,8 @@ return 1
 )
 
 # ARGV: P, id, owner, previous version, version, record, status, expires_at, ttl ms
-_UPDATE = """
+_UPDATE_RECORD = """
+local function update_record()
 local id = ARGV[2]
 local tkey = P .. 'task:' .. id
 local now = redis.call('HMGET', tkey, 'v', 'o', 't')
@@ -554,7 +560,9 @@ if ms >= 0 then redis.call('PEXPIRE', tkey, ms) else redis.call('PERSIST', tkey)
 extend(P .. 'owner:' .. now[3], ms)
 extend(P .. 'list:' .. now[3], ms)
 return 1
+end
 """
+_UPDATE = _UPDATE_RECORD + "return update_record()"
 
 # ARGV: P, id
 _DELETE = (
@@ -658,12 +666,11 @@ end
 return over
 """
 
-# ARGV: P, id... (a task's entry in the work queue goes too)
-_RELEASE = (
+# A task's lease dropped (its entry in the work queue goes too)
+_RELEASE_TASK = (
     _QUEUE_PRELUDE
     + """
-for i = 2, #ARGV do
-  local id = ARGV[i]
+local function release_task(id)
   redis.call('ZREM', P .. 'leases', id)
   redis.call('HDEL', P .. 'origins', id)
   local row = redis.call('HMGET', P .. 'task:' .. id, 'x', 'q', 't')
@@ -672,6 +679,14 @@ for i = 2, #ARGV do
     redis.call('HDEL', P .. 'task:' .. id, 'x', 'q')
   end
 end
+"""
+)
+
+# ARGV: P, id...
+_RELEASE = (
+    _RELEASE_TASK
+    + """
+for i = 2, #ARGV do release_task(ARGV[i]) end
 return 1
 """
 )
@@ -683,14 +698,35 @@ if not holder then return 0 end
 return redis.call('PUBLISH', P .. 'events:' .. holder, ARGV[3])
 """
 
-# ARGV: P, id, message -> to the processes watching the task (changed)
-_PUBLISH_WATCHERS = """
-local sent = 0
-for _, origin in ipairs(redis.call('SMEMBERS', P .. 'watch:' .. ARGV[2])) do
-  sent = sent + redis.call('PUBLISH', P .. 'events:' .. origin, ARGV[3])
+# A message to the processes watching a task (changed)
+_TO_WATCHERS = """
+local function to_watchers(id, message)
+  local sent = 0
+  for _, origin in ipairs(redis.call('SMEMBERS', P .. 'watch:' .. id)) do
+    sent = sent + redis.call('PUBLISH', P .. 'events:' .. origin, message)
+  end
+  return sent
 end
-return sent
 """
+
+# ARGV: P, id, message
+_PUBLISH_WATCHERS = _TO_WATCHERS + "return to_watchers(ARGV[2], ARGV[3])"
+
+# ARGV: P, id, owner, previous version, version, record, status, expires_at, ttl ms, message
+# -> 1 stored (and announced: a terminal record's lease released, the message to the task's
+# watchers), 0 not stored (nothing else done)
+_UPDATE_ANNOUNCED = (
+    _UPDATE_RECORD
+    + _RELEASE_TASK
+    + _TO_WATCHERS
+    + f"""
+local terminal = {_TERMINAL_LUA}
+if update_record() == 0 then return 0 end
+if terminal[ARGV[7]] then release_task(ARGV[2]) end
+to_watchers(ARGV[2], ARGV[10])
+return 1
+"""
+)
 
 # ARGV: P, origin, ms, id... (watch) ; P, origin, '-1', id... (unwatch)
 _WATCH = """
@@ -725,6 +761,7 @@ def _script(body: str) -> Script[bytes]:
 _SCRIPTS = types.SimpleNamespace(
     create=_script(_CREATE),
     update=_script(_UPDATE),
+    update_announced=_script(_UPDATE_ANNOUNCED),
     delete=_script(_DELETE),
     page=_script(_PAGE),
     due=_script(_DUE),
@@ -1422,12 +1459,10 @@ class RedisTaskStore:
         text = await self._send([(b"HGET", key, b"r")])
         return record_from_text(text) if text is not None else None
 
-    async def update(self, record: TaskRecord) -> bool:
-        """Replace the stored record if its version is ``record.version - 1`` and its owner is
-        ``record.owner`` (a record never changes owner); says whether it did."""
-        text = record_to_text(record)
-        stored = await self._run(
-            _SCRIPTS.update,
+    def _updated_args(self, record: TaskRecord) -> tuple[bytes | str | int | float, ...]:
+        """The arguments of the scripts that update a record (``_UPDATE_RECORD``'s ARGV)."""
+        text = record_to_text(record)  # before anything: a record that is not JSON changes nothing
+        return (
             store_key(record.task_id),
             store_key(record.owner),
             record.version - 1,
@@ -1437,7 +1472,18 @@ class RedisTaskStore:
             record.expires_at,
             self._ttl_ms(record),
         )
-        return bool(stored)
+
+    async def update(self, record: TaskRecord) -> bool:
+        """Replace the stored record if its version is ``record.version - 1`` and its owner is
+        ``record.owner`` (a record never changes owner); says whether it did."""
+        return bool(await self._run(_SCRIPTS.update, *self._updated_args(record)))
+
+    async def update_announced(self, record: TaskRecord, origin: str) -> bool:
+        """:meth:`update`, and if it stored the record, in the same script: the lease of a
+        terminal record released (:meth:`release`) and ``changed`` sent to the task's watchers
+        (:meth:`publish`) — see :class:`~trio_mcp.stores.base.AnnouncedUpdates`."""
+        message = _event_data(TaskEvent("changed", record.task_id, origin))
+        return bool(await self._run(_SCRIPTS.update_announced, *self._updated_args(record), message))
 
     async def delete(self, task_id: str) -> TaskRecord | None:
         text = await self._run(_SCRIPTS.delete, store_key(task_id))
@@ -1479,10 +1525,7 @@ class RedisTaskStore:
         """Send ``event`` to the processes that need it (see
         :class:`~trio_mcp.stores.base.TargetedEvents`): ``cancel`` and ``input`` to the task's
         holder, ``changed`` to its watchers, anything else to every process."""
-        message: dict[str, Any] = {"kind": event.kind, "taskId": event.task_id, "origin": event.origin}
-        if event.responses is not None:
-            message["responses"] = event.responses
-        data = store_key(json.dumps(message, allow_nan=False, separators=(",", ":")))
+        data = _event_data(event)
         if event.kind in ("cancel", "input"):
             await self._run(_SCRIPTS.publish_holder, store_key(event.task_id), data)
         elif event.kind == "changed":
@@ -1670,6 +1713,14 @@ class RedisTaskStore:
             raise StoreClosed(f"{self!r} is closed")
         (count,) = self._call_in_place([(b"EVALSHA", _SCRIPTS.count.sha, 0, self._prefix)])
         return int(count)
+
+
+def _event_data(event: TaskEvent) -> bytes:
+    """An event as published (JSON; :func:`_event_of` reads it back)."""
+    message: dict[str, Any] = {"kind": event.kind, "taskId": event.task_id, "origin": event.origin}
+    if event.responses is not None:
+        message["responses"] = event.responses
+    return store_key(json.dumps(message, allow_nan=False, separators=(",", ":")))
 
 
 def _offer(send: trio.MemorySendChannel[TaskEvent], event: TaskEvent) -> None:
