@@ -64,9 +64,9 @@ from ..protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, 
 from ..protocol.handshake import HandshakeDialect
 from ..protocol.messages import Implementation
 from ..protocol.modern import ModernDialect, ModernScope
-from ..protocol.records import TaskRecord
+from ..protocol.records import TaskOutcome, TaskRecord
 from ..protocol.request_state import StateCodec, binding_of
-from ..protocol.tasks import TaskStatus
+from ..protocol.tasks import TERMINAL, TaskStatus
 from ._calls import HookedToolRun, InputNeeded, Peer, Scope, ToolCall, ToolEntry, ToolRun
 from ._endpoint import OVERLOADED
 from ._middleware import Middlewares, RequestInfo
@@ -628,14 +628,15 @@ class HiddenTask:
 
 class _Race:
     """What ends a server-directed call's wait for its answer: the first of its signals (the
-    task's outcome, its asking for input) — each a callback calling :meth:`settle` — wakes the
-    one calling task waiting in :meth:`wait`; no Trio task is spawned to watch any of them.
+    task's outcome, its asking for input) — each a callback calling :meth:`settle` (the
+    outcome through :meth:`ended`) — wakes the one calling task waiting in :meth:`wait`; no
+    Trio task is spawned to watch any of them.
 
-    A signal may come at any time, from any task (the outcome's reply, the task's watcher,
+    A signal may come at any time, from any task (the task's watcher, the outcome's reply,
     both live as long as the task): once the race is over (:meth:`close`) it changes nothing,
     and the race holds nothing of the call."""
 
-    __slots__ = ("_waiter", "over", "settled", "timed_out")
+    __slots__ = ("_waiter", "outcome", "over", "settled", "timed_out")
 
     def __init__(self) -> None:
         self.settled = False
@@ -644,7 +645,25 @@ class _Race:
         """The window's end came (:meth:`time_out`), even if another signal came with it."""
         self.over = False
         """The call stopped waiting: later signals are ignored."""
+        self.outcome: TaskOutcome | None = None
+        """The task's outcome, if its end was the signal that came first."""
         self._waiter: trio.lowlevel.Task | None = None
+
+    def ended(self, outcome: TaskOutcome) -> None:
+        """The task ended with ``outcome``: a signal, and the outcome kept if it is the first.
+        Never raises."""
+        if not (self.over or self.settled):
+            self.outcome = outcome
+            self.settle()
+
+    def outcome_of(self, reply: Reply[TaskOutcome]) -> None:
+        """An outcome's reply was answered (a reply's continuation): its outcome, if it has
+        one, is the task's end; an error (the task was removed) is a signal all the same.
+        Never raises."""
+        if reply.failed:
+            self.settle()
+        else:
+            self.ended(reply.unwrap())
 
     def time_out(self) -> None:
         """The window's alarm: it ends the wait, and wins over a signal that came in the same
@@ -695,7 +714,11 @@ async def _call_maybe_task(
 
     Until the answer showing it is written, the task is hidden (see :class:`HiddenTask`, which
     whoever serves the request keeps as ``request.hidden``): whatever ends the call otherwise
-    removes it.
+    removes it. A hidden task is admitted against the task table's limits when the call starts
+    (a full table refuses the call at once) but counted in the table only once it is to be
+    shown (and refused then if the limits no longer allow it: see
+    :attr:`~trio_mcp.actors.supervisor.CreateTask.hidden`); until then the call is bounded by
+    its request's admission, like any other.
     """
     assert isinstance(scope, ModernScope)
     hidden = HiddenTask(host)
@@ -703,8 +726,12 @@ async def _call_maybe_task(
     race = _Race()
 
     def watch(record: TaskRecord) -> None:
-        if record.status == TaskStatus.INPUT_REQUIRED:
+        # Told every record of the task (a hidden one's at once: it is not stored).
+        status = record.status
+        if status is TaskStatus.INPUT_REQUIRED:
             race.settle()  # it asks for input: answer with the task now
+        elif status in TERMINAL and record.outcome is not None:
+            race.ended(record.outcome)
 
     entry = host.service.tools[command.name]
     binding = ("tools/call", command.name, command.arguments)
@@ -720,10 +747,16 @@ async def _call_maybe_task(
         work, None, entry.immediate_response, scope, watcher=watch, hidden=True
     )
     # Told of the task the moment it exists, even if this call has stopped waiting by then.
-    started.reply.then(hidden.created)
+    reply = started.reply
+    if reply.answered:
+        hidden.created(reply)
+    else:
+        reply.then(hidden.created)
     keep = False
     try:
-        record: TaskRecord = await started.reply.wait()
+        # Created in place as a rule: then no scheduler round is spent on it (the race's wait
+        # below is this call's checkpoint).
+        record: TaskRecord = reply.unwrap() if reply.answered else await reply.wait()
         host.receiver.start_work(record)
         answer, keep = await _settle_maybe_task(
             host, record, scope, race, entry.immediate_response, mrtr, binding
@@ -732,8 +765,11 @@ async def _call_maybe_task(
     finally:
         if not keep:
             # Not shown (a plain result, more input first, withdrawn, cancelled, refused):
-            # nobody holds its id.
+            # nobody holds its id. The call is over (a creation answered later is removed
+            # then), and its answer shows no task: nothing of it waits for that answer.
+            hidden.done = True
             hidden.remove()
+            request.hidden = None
 
 
 async def served_creation(
@@ -768,25 +804,26 @@ async def _settle_maybe_task(
     """The answer to a server-directed call, and whether it shows the task.
 
     The calling task waits alone (no Trio task is spawned): the task's outcome and its asking
-    for input end the wait through ``race`` (callbacks), the auto-task window by timing out;
-    a required tool's first scheduler rounds are counted here, with each signal — its
-    multi round-trip question among them — checked between rounds."""
-    # Answered when the task ends, or with an error once it is removed (then the answer is
-    # the task, whose record says what happened).
-    ended = host.receiver.start_outcome(record.task_id)
-    ended.then(race.settle)
+    for input end the wait through ``race`` (callbacks: the task's watcher, told each of its
+    records), the auto-task window by timing out; a required tool's first scheduler rounds are
+    counted here, with each signal — its multi round-trip question among them — checked
+    between rounds."""
+    if host.supervisor.actor(record.task_id) is None:
+        # Not run here (a work queue's task, queued for whichever process has room): its
+        # outcome is asked for as well, answered when it ends, or with an error once it is
+        # removed (then the answer is the task, whose record says what happened).
+        host.receiver.start_outcome(record.task_id).then(race.outcome_of)
     within = False
     try:
         if mrtr is None:
             # An optional tool gets the auto-task window: an alarm, not a cancel scope (most
             # calls end well within it, and a scope costs about as much as the rest of them).
-            alarms = host.supervisor.alarms
-            deadline = trio.current_time() + host.supervisor.limits.auto_task_after_ms / 1000
-            alarm = alarms.add(deadline, race.time_out)
+            supervisor = host.supervisor
+            alarm = supervisor.window_alarm(race.time_out)
             try:
                 await race.wait()
             finally:
-                alarms.withdraw(alarm)
+                supervisor.alarms.withdraw(alarm)
             # The window's end wins a tie: an outcome that came in the same instant (both
             # deadlines passed in one scheduler round) is the task's, shown as one.
             within = not race.timed_out
@@ -805,8 +842,8 @@ async def _settle_maybe_task(
         for _ in range(_JOIN_ROUNDS):
             await trio.lowlevel.checkpoint()
         return _input_required(host, binding, mrtr, scope), False
-    if mrtr is None and within and ended.answered and not ended.failed:  # it ended within the window
-        rendered = scope.render_outcome(record.task_id, ended.unwrap())
+    if mrtr is None and within and race.outcome is not None:  # it ended within the window
+        rendered = scope.render_outcome(record.task_id, race.outcome)
         if isinstance(rendered, ErrorValue):
             raise rendered.exception()
         return rendered, False

@@ -60,7 +60,7 @@ from ..stores.base import (
 from ..stores.memory import MemoryTaskStore
 from ._observe import StoreObserver
 from ._writer import RetryPolicy, StoreWriter, Submission
-from .runtime import Actor, Alarms, Reply
+from .runtime import Actor, Alarm, Alarms, Reply
 from .task_actor import (
     CANCELLED,
     ActorHost,
@@ -115,6 +115,28 @@ class _TaskIds:
         return self._pool[start : start + self.LENGTH]
 
 
+class _Unborn:
+    """A hidden task (:attr:`CreateTask.hidden`) before it is shown: not stored, and not yet
+    counted in the task table (see :meth:`TaskSupervisor._reveal`)."""
+
+    __slots__ = ("client", "due", "record", "result_bytes", "submission")
+
+    def __init__(
+        self, record: TaskRecord, submission: Submission | None, client: str | None, due: float
+    ) -> None:
+        self.record = record
+        """Its latest record (what is stored if it is shown)."""
+        self.submission = submission
+        """The work to store with it (a work queue), or None."""
+        self.client = client
+        """Whom it will count under for the per-client limits."""
+        self.due = due
+        """When it expires, on the Trio clock (its TTL counts from its creation)."""
+        self.result_bytes = 0
+        """The size of its result, when that is to be counted in the kept bytes once it is
+        shown (see :meth:`TaskSupervisor._keep_result`)."""
+
+
 # Messages.
 @attrs.frozen(weakref_slot=False)  # no weak reference slot: built by slot_builder
 class CreateTask:
@@ -132,7 +154,9 @@ class CreateTask:
     hidden: bool = False
     """A server-directed call's task, which no client knows of yet: it runs here, and is
     stored only once :class:`Reveal` shows it (a call that ends within its auto-task window
-    never touches the store); otherwise it is removed."""
+    never touches the store); otherwise it is removed. Until shown it is admitted (the limits
+    are checked at its creation) but not counted in the task table: it takes its place there
+    when it is shown, if the limits still allow it."""
 
 
 create_task = slot_builder(CreateTask)
@@ -357,9 +381,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         self._revealing: dict[str, str] = {}
         """Hidden tasks being stored to be shown, and their owners: a removal meanwhile (the
         call's client went away) deletes what the creation stores."""
-        self._unborn: dict[str, tuple[TaskRecord, Submission | None]] = {}
-        """Hidden tasks (:attr:`CreateTask.hidden`) not stored yet: their latest record, and
-        the work to store with it."""
+        self._unborn: dict[str, _Unborn] = {}
+        """Hidden tasks (:attr:`CreateTask.hidden`) not shown yet: not stored, not counted."""
         self._durable: DurableTaskStore | None = (
             self.store if isinstance(self.store, DurableTaskStore) else None
         )
@@ -399,12 +422,19 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self._changed,
             tracer if tracer is not no_trace else None,
             self.limits.max_result_bytes,
-            self.table.keep_result,
+            self._keep_result,
         )
         self._crash_reporter = self._on_crash
 
+    def window_alarm(self, callback: Callable[[], None]) -> Alarm:
+        """An alarm (:attr:`alarms`) calling ``callback`` once the auto-task window
+        (:attr:`TaskLimits.auto_task_after_ms`) that starts now has passed; withdraw it with
+        ``alarms.withdraw``."""
+        return self.alarms.add(self._trio_now() + self.limits.auto_task_after_ms / 1000, callback)
+
     def live_count(self, owner: str) -> int:
-        """Non-terminal tasks of ``owner`` running in this process."""
+        """Non-terminal tasks of ``owner`` counted in the task table (hidden tasks are not,
+        until shown)."""
         return self.table.live_count(owner)
 
     @property
@@ -503,12 +533,18 @@ class TaskSupervisor(Actor[SupervisorMessage]):
     def owner_gone(self, owner: str) -> None:
         """Cancel every running task of ``owner`` now, in the caller's Trio task, and forget all
         its tasks (records are deleted next, in order). For a connection that closed: its
-        running work is cancelled before its pending requests fail."""
+        running work is cancelled before its pending requests fail. Its hidden tasks (not
+        counted in the table) go too."""
         for task_id in self.table.live_ids(owner):
             actor = self._actors.pop(task_id, None)
             self.table.ended(task_id)
             if actor is not None:
                 self._deliver(actor, Stop(GONE))
+        if self._unborn:
+            for task_id in [
+                task_id for task_id, unborn in self._unborn.items() if unborn.record.owner == owner
+            ]:
+                self._remove(task_id, GONE)
         self.mailbox.put(_DropOwner(owner), system=True)
 
     # -- creation -------------------------------------------------------------------------
@@ -518,7 +554,8 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         earlier messages wait in the mailbox (or the supervisor is not running yet): then it
         goes through the mailbox, so that mailbox order is kept (:class:`MailboxFull` when
         full). Its place under the limits is taken at once, and the store writer stores it (in
-        place, with the memory store)."""
+        place, with the memory store); a hidden task (:attr:`CreateTask.hidden`) is answered at
+        once, admitted but neither counted nor stored until it is shown."""
         if self._nursery is None or self._unread:
             self.mailbox.put(message)
         else:
@@ -533,7 +570,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         task_id = message.task_id
         unborn = self._unborn.get(task_id)
         if unborn is not None and self._nursery is not None and not self._unread:
-            if unborn[0].owner == message.owner:
+            if unborn.record.owner == message.owner:
                 self._remove(task_id, GONE)
             return
         self.mailbox.put(message, system=True)
@@ -580,13 +617,15 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self.tracer("task.created", {"task_id": task_id, "status": record.status.value, "ttl": ttl})
             self.tracer("actor.start", {"actor": "TaskActor", "name": task_id})
         self._actors[task_id] = actor
+        if message.hidden:
+            # Stored, and counted in the table, only if it is shown (see _reveal): most such
+            # calls end within their window, and are forgotten.
+            self._unborn[task_id] = _Unborn(record, submission, message.client, self._trio_now() + ttl / 1000)
+            message.reply.send(record)
+            return
         due = table.add(task_id, owner, message.client, self._trio_now() + ttl / 1000)
         if due < self._timer_deadline:
             self._timer_deadline = self._timer.deadline = due
-        if message.hidden:  # stored only if it is shown (see _reveal)
-            self._unborn[task_id] = (record, submission)
-            message.reply.send(record)
-            return
         try:
             self._writer.create(record, self._created, message, actor, work=submission)
         except Exception as exc:
@@ -594,20 +633,51 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             self._created(message, actor, STORE_FAILURE)
 
     def _reveal(self, message: Reveal) -> None:
-        """Store a hidden task (its latest record), then answer with that record."""
+        """Count a hidden task in the table (if the limits still allow it: else it goes, and
+        the reply gets the refusal), store it (its latest record), then answer with that
+        record."""
         task_id = message.task_id
         unborn = self._unborn.get(task_id)
-        if unborn is None or unborn[0].owner != message.owner:
+        if unborn is None or unborn.record.owner != message.owner:
             self.deliver(Route(message.owner, task_id, Poll(message.reply)))  # it was never hidden
             return
+        record = unborn.record
+        owner = record.owner
+        table = self.table
+        # Admitted at its creation, it takes its place under the limits now: they hold for
+        # the tasks shown (a call within its window is bounded by its request's admission).
+        refusal = table.refusal(owner, unborn.client)
+        if refusal is None:
+            due = table.add(task_id, owner, unborn.client, unborn.due)
+            if due < self._timer_deadline:
+                self._timer_deadline = self._timer.deadline = due
+            if record.is_terminal:
+                table.ended(task_id)
+            if unborn.result_bytes:
+                refusal = table.keep_result(task_id, unborn.result_bytes)
+            if refusal is not None:
+                table.remove(task_id)
+        if refusal is not None:
+            self._remove(task_id, refusal)
+            message.reply.fail_value(refusal)
+            return
         del self._unborn[task_id]
-        record, submission = unborn
-        self._revealing[task_id] = record.owner
+        self._revealing[task_id] = owner
         try:
-            self._writer.create(record, self._revealed, message, record, work=submission)
+            self._writer.create(record, self._revealed, message, record, work=unborn.submission)
         except Exception as exc:
             log.error("task store failed to create a task: %r", exc, exc_info=exc)
             self._revealed(message, record, STORE_FAILURE)
+
+    def _keep_result(self, task_id: str, size: int) -> ErrorValue | None:
+        """Whether a finished task may keep a result of ``size`` bytes (the table's
+        :meth:`~trio_mcp.protocol.table.TaskTable.keep_result`); a hidden task's is counted
+        when it is shown (see :meth:`_reveal`)."""
+        unborn = self._unborn.get(task_id)
+        if unborn is not None:
+            unborn.result_bytes = size
+            return None
+        return self.table.keep_result(task_id, size)
 
     def _revealed(self, message: Reveal, record: TaskRecord, error: ErrorValue | None) -> None:
         """A hidden task is stored, and its client may be shown it; or it could not be, and it
@@ -682,7 +752,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
                 return
             unborn = self._unborn.get(message.task_id)
             if unborn is not None:  # a hidden task that ended: only its record is here
-                self._answer_record(message.task_id, unborn[0], message.owner, inner)
+                self._answer_record(message.task_id, unborn.record, message.owner, inner)
                 return
             if self._peek is not None:
                 record = self._peek(message.task_id)
@@ -782,7 +852,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
             if actor is not None and actor.record.owner == message.owner:
                 self._deliver(actor, inner)
             else:
-                self._answer_record(message.task_id, unborn[0], message.owner, inner)
+                self._answer_record(message.task_id, unborn.record, message.owner, inner)
             return
         try:
             record = await self._read(functools.partial(self.store.get, message.task_id))
@@ -950,10 +1020,17 @@ class TaskSupervisor(Actor[SupervisorMessage]):
 
     # -- changes, removal -----------------------------------------------------------------
     def _changed(self, actor: TaskActor, record: TaskRecord) -> None:
-        """An actor is making a change: the writer stores it (clients see it once stored)."""
+        """An actor is making a change: the writer stores it (clients see it once stored); a
+        hidden task's is only kept (see :meth:`_store_change`)."""
+        task_id = record.task_id
+        unborn = self._unborn.get(task_id)
+        if unborn is not None:  # not counted in the table, not stored
+            unborn.record = record
+            self._on_stored(record)
+            return
         if record.status in TERMINAL:
-            self.table.ended(record.task_id)
-        self._store_change(record)
+            self.table.ended(task_id)
+        self._writer.update(record)
 
     def _store_change(self, record: TaskRecord) -> None:
         """The writer stores a change; a hidden task's is only kept (no client can see it, and
@@ -963,7 +1040,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         if unborn is None:
             self._writer.update(record)
             return
-        self._unborn[task_id] = (record, unborn[1])
+        unborn.record = record
         self._on_stored(record)
 
     def _on_stored(self, record: TaskRecord) -> None:
@@ -1007,10 +1084,16 @@ class TaskSupervisor(Actor[SupervisorMessage]):
         """Remove a task: it leaves the tables now (its work is stopped, its waiters answered
         with ``error``), and the writer deletes its record (a hidden task has none)."""
         unborn = self._unborn.pop(task_id, None)
-        actor = self._forget_task(task_id, error)
-        if unborn is not None:
-            self._removed(task_id, error, unborn[0], actor)
+        if unborn is not None:  # hidden: neither in the table nor in the store
+            if self._watchers:
+                self._watchers.pop(task_id, None)
+            actor = self._actors.pop(task_id, None)
+            if actor is not None:
+                self._deliver(actor, Stop(error))
+            if self.tracer is not no_trace:
+                self._removed(task_id, error, unborn.record, actor)
             return
+        actor = self._forget_task(task_id, error)
         self._writer.delete(task_id, functools.partial(self._removed, task_id, error, actor=actor))
 
     def _forget_task(self, task_id: str, error: ErrorValue) -> TaskActor | None:
@@ -1057,7 +1140,7 @@ class TaskSupervisor(Actor[SupervisorMessage]):
     async def _remove_owned(self, owner: str, task_id: str) -> None:
         unborn = self._unborn.get(task_id)
         if unborn is not None or task_id in self._revealing:  # not in the store (yet)
-            if (unborn[0].owner if unborn is not None else self._revealing[task_id]) == owner:
+            if (unborn.record.owner if unborn is not None else self._revealing[task_id]) == owner:
                 self._remove(task_id, GONE)
             return
         actor = self._actors.get(task_id)
