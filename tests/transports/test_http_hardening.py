@@ -4,6 +4,7 @@ quotas for anonymous 2026-07-28 callers, and any JSON in any field (a property t
 
 from __future__ import annotations
 
+import functools
 import json
 import queue
 import threading
@@ -22,6 +23,7 @@ from trio.testing import MockClock
 from trio_mcp import Context, Server, TaskLimits
 from trio_mcp.protocol.modern import CLIENT_CAPABILITIES_KEY, PROTOCOL_VERSION_KEY, TASKS_EXTENSION
 from trio_mcp.server import McpHttpApp, mcp_asgi_app, serve_http
+from trio_mcp.server._http import WATCH_AFTER, _Watches
 from trio_mcp.transports.h11_server import H11Server
 from trio_mcp.transports.http import ACCEPT_BOTH, SSEDecoder
 
@@ -445,16 +447,61 @@ class _Steps(trio.abc.Instrument):
             self.steps += 1
 
 
-async def test_an_idle_app_stops_waking_for_disconnect_watches(autojump_clock: MockClock) -> None:
-    """Requests are watched for their client's disconnect by one task of the app's, which ticks
-    while requests come and sleeps once none has come for a second: an idle server does not
-    keep waking up for it."""
+async def test_an_idle_app_never_wakes_for_disconnect_watches(autojump_clock: MockClock) -> None:
+    """Requests are watched for their client's disconnect by one task of the app's, which
+    sleeps until a request has been served long enough to need a watch: an idle server does
+    not wake up for it."""
     app = McpHttpApp(make_server())
     steps = _Steps("_Watches.run")
     async with app.running():
+        await trio.sleep(0.1)  # started, and asleep
         trio.lowlevel.add_instrument(steps)
         try:
             await trio.sleep(3600)
         finally:
             trio.lowlevel.remove_instrument(steps)
-    assert 0 < steps.steps <= 25  # ~20 ticks of 50 ms, then parked for the hour
+    assert steps.steps == 0
+
+
+class _FakeExchange:
+    """What :class:`_Watches` uses of an exchange."""
+
+    def __init__(self) -> None:
+        self.disconnected = False
+        self.watched: trio.CancelScope | None = None
+        self.reminder: Any = None
+        self.watches = 0
+
+    def start_watch(self, nursery: trio.Nursery) -> None:
+        self.watches += 1
+
+    def stop_watch(self) -> None:
+        self.watched = None
+
+
+async def test_quick_requests_never_wake_the_watch_task_and_a_slow_one_is_watched_on_time(
+    autojump_clock: MockClock,
+) -> None:
+    watches = _Watches()
+    steps = _Steps("_Watches.run")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watches.run, nursery, name="_Watches.run")
+        await trio.sleep(1)
+        trio.lowlevel.add_instrument(steps)
+        quick = [_FakeExchange() for _ in range(20)]
+        for exchange in quick:  # each answered in 10 ms, one after another
+            await watches.watched(exchange, functools.partial(trio.sleep, 0.01))  # type: ignore[arg-type]
+        assert steps.steps == 0 and not watches.pending
+        assert all(exchange.watches == 0 for exchange in quick)
+        slow = _FakeExchange()
+        began = trio.current_time()
+        async with trio.open_nursery() as inner:
+            inner.start_soon(watches.watched, slow, functools.partial(trio.sleep, 1))  # type: ignore[arg-type]
+            await trio.sleep(WATCH_AFTER / 2)
+            assert slow.watches == 0
+            await trio.sleep(WATCH_AFTER)
+            assert slow.watches == 1  # watched once it had been served WATCH_AFTER
+        assert trio.current_time() - began == pytest.approx(1)
+        trio.lowlevel.remove_instrument(steps)
+        assert steps.steps <= 2  # woken for the slow one's watch only
+        nursery.cancel_scope.cancel()

@@ -51,6 +51,7 @@ import functools
 import itertools
 import json
 import logging
+import math
 import secrets
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
@@ -163,8 +164,6 @@ WATCH_AFTER = 0.05
 """Seconds a request is served before its connection is watched for a disconnect (see
 :class:`_Watches`), and a handshake-era ``tools/call`` or ``tasks/result`` waits for its
 response before its answer becomes an SSE stream (primed, so that it can be resumed)."""
-PARK_AFTER = 1.0
-"""Seconds without a request after which the disconnect watches' task sleeps until the next."""
 GET_STREAM = "g"
 _PROGRESS = jsonrpc.NOTIFICATION_PREFIX + b'"notifications/progress"'
 CANCELLED = "notifications/cancelled"
@@ -539,21 +538,23 @@ class _Watches:
     Reading a connection for its disconnect costs a Trio task and a registration with the
     kernel; most requests are answered in well under a millisecond, so a request starts as a
     dict entry (:meth:`watched`) and gets its watcher only once it has been served that long:
-    a disconnect is noticed at most :data:`WATCH_AFTER` seconds late. The task ticks while
-    requests come and goes to sleep after :data:`PARK_AFTER` seconds without any.
+    a disconnect is noticed at most :data:`WATCH_AFTER` seconds late. The task sleeps until
+    the oldest entry is due: an entry that goes before (its request answered) moves that
+    wake-up on, so a server whose requests are all quick never wakes for them (on a busy
+    machine a wake-up costs far more than moving a deadline).
     """
 
     def __init__(self) -> None:
         self.pending: dict[_Exchange, float] = {}
-        """Requests being served, not watched yet, and when their watch is due (oldest first)."""
+        """Requests being served, not watched yet, and when their watch is due (oldest first:
+        every entry is due :data:`WATCH_AFTER` after it was made)."""
         self.nursery: trio.Nursery | None = None
-        self._parked: trio.Event | None = None
+        self._sleep: trio.CancelScope | None = None  # the task's, while it sleeps
 
     async def run(self, nursery: trio.Nursery) -> NoReturn:
         """Start the due watchers in ``nursery``, until cancelled."""
         self.nursery = nursery
         pending = self.pending
-        idle = 0.0
         try:
             while True:
                 now = trio.current_time()
@@ -568,18 +569,12 @@ class _Watches:
                         reminder()
                     else:
                         exchange.start_watch(nursery)
-                if pending:
-                    idle = 0.0
-                    await trio.sleep_until(next(iter(pending.values())))
-                elif idle < PARK_AFTER:
-                    idle += WATCH_AFTER
-                    await trio.sleep(WATCH_AFTER)
-                else:
-                    self._parked = parked = trio.Event()
-                    await parked.wait()
-                    idle = 0.0
+                wake = next(iter(pending.values())) if pending else math.inf
+                with trio.CancelScope(deadline=wake) as self._sleep:
+                    await trio.sleep_forever()
+                self._sleep = None
         finally:
-            self.nursery = None
+            self.nursery = self._sleep = None
 
     def remind(self, exchange: _Exchange, reminder: Callable[[], None]) -> None:
         """Call ``reminder`` once :data:`WATCH_AFTER` seconds have passed, unless
@@ -588,15 +583,24 @@ class _Watches:
         self._enqueue(exchange)
 
     def _enqueue(self, exchange: _Exchange) -> None:
-        self.pending[exchange] = trio.current_time() + WATCH_AFTER
-        parked = self._parked
-        if parked is not None:
-            self._parked = None
-            parked.set()
+        due = trio.current_time() + WATCH_AFTER
+        self.pending[exchange] = due
+        sleep = self._sleep
+        if sleep is not None and due < sleep.deadline:
+            sleep.deadline = due  # nothing else was pending
 
     def forget(self, exchange: _Exchange) -> None:
-        self.pending.pop(exchange, None)
+        self._drop(exchange)
         exchange.reminder = None
+
+    def _drop(self, exchange: _Exchange) -> None:
+        """``exchange`` needs no watch (any more): if the task sleeps until its time, it sleeps
+        until the next entry's now."""
+        pending = self.pending
+        due = pending.pop(exchange, None)
+        sleep = self._sleep
+        if due is not None and sleep is not None and due == sleep.deadline:
+            sleep.deadline = next(iter(pending.values())) if pending else math.inf
 
     async def watched(
         self,
@@ -645,7 +649,7 @@ class _Watches:
             # disconnect makes the answer pointless)
             return not exchange.disconnected
         finally:
-            self.pending.pop(exchange, None)
+            self._drop(exchange)
             exchange.stop_watch()
 
 
