@@ -100,7 +100,9 @@ async def test_hours_of_work_take_no_real_time() -> None:
         # wall_clock is pinned to EPOCH + trio.current_time(): timestamps are reproducible.
         assert task.created_at == "2026-01-01T00:00:00.000Z"
         assert task.last_updated_at == "2026-01-01T03:00:00.000Z"
-    assert time.perf_counter() - started < 2
+    # Three hours of the tool's time in far less real time (a bound no loaded machine or
+    # shared store comes near; the mock clock's own reading above is the exact check).
+    assert time.perf_counter() - started < 60
 
 
 async def test_ttl_expiry_is_exact_in_mock_time() -> None:
