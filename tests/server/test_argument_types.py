@@ -27,7 +27,7 @@ import pydantic
 import pytest
 import typing_extensions
 from conftest import argument_error, checked_spec
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from trio_mcp import Server, connect_in_memory
@@ -1297,6 +1297,8 @@ _DOC_TEXT = st.lists(st.tuples(st.sampled_from(["", "  ", "    ", "\t"]), _DOC_L
 
 
 @given(_DOC_TEXT | st.text())
+# Dropping an empty Google section joined a title to an underline: a new NumPy section.
+@example("Parameters\nArgs:\n----------\nParameters\n  Summary.")
 def test_any_docstring_parses_without_error(doc: str) -> None:
     descriptions = parameter_descriptions(doc)
     assert all(name.isidentifier() and text == text.strip() and text for name, text in descriptions.items())

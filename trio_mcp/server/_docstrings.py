@@ -289,12 +289,16 @@ def without_parameter_sections(doc: str) -> str:
     'Greet someone.\\n\\nReturns:\\n    The greeting.'
     """
     lines = _lines(doc)
-    dropped: set[int] = set()
-    for section in _sections(lines):
-        dropped.update(range(section.start, section.stop))
+    while True:  # until none is left: the lines around a section dropped may make a new one
+        dropped: set[int] = set()
+        for section in _sections(lines):
+            dropped.update(range(section.start, section.stop))
+        if not dropped:
+            break
+        lines = [line for index, line in enumerate(lines) if index not in dropped]
     kept: list[str] = []
-    for index, line in enumerate(lines):
-        if index in dropped or (not line.strip() and (not kept or not kept[-1].strip())):
+    for line in lines:
+        if not line.strip() and (not kept or not kept[-1].strip()):
             continue
         kept.append(line)
     return "\n".join(kept).strip()
