@@ -469,7 +469,7 @@ class _FakeExchange:
     def __init__(self) -> None:
         self.disconnected = False
         self.watched: trio.CancelScope | None = None
-        self.reminder: Any = None
+        self.alarm: Any = None
         self.watches = 0
 
     def start_watch(self, nursery: trio.Nursery) -> None:
@@ -491,7 +491,7 @@ async def test_quick_requests_never_wake_the_watch_task_and_a_slow_one_is_watche
         quick = [_FakeExchange() for _ in range(20)]
         for exchange in quick:  # each answered in 10 ms, one after another
             await watches.watched(exchange, functools.partial(trio.sleep, 0.01))  # type: ignore[arg-type]
-        assert steps.steps == 0 and not watches.pending
+        assert steps.steps == 0 and watches.alarms.pending == 0
         assert all(exchange.watches == 0 for exchange in quick)
         slow = _FakeExchange()
         began = trio.current_time()

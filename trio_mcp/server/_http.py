@@ -51,7 +51,6 @@ import functools
 import itertools
 import json
 import logging
-import math
 import secrets
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
@@ -60,6 +59,7 @@ from typing import Any, Literal, NoReturn
 
 import trio
 
+from ..actors.runtime import Alarm, Alarms
 from ..protocol import _json, jsonrpc
 from ..protocol.errors import (
     HEADER_MISMATCH,
@@ -226,12 +226,12 @@ class _Exchange:
     __slots__ = (
         "_watching",
         "access",
+        "alarm",
         "disconnected",
         "finished",
         "headers",
         "method",
         "path",
-        "reminder",
         "started",
         "watched",
     )
@@ -248,9 +248,8 @@ class _Exchange:
         """What the verifier said of the request's bearer token (None: no verifier)."""
         self.watched: trio.CancelScope | None = None
         """What a disconnect cancels, while the request is served (see :class:`_Watches`)."""
-        self.reminder: Callable[[], None] | None = None
-        """Called when the request's time in :attr:`_Watches.pending` is up, instead of
-        starting its watch (see :meth:`_Watches.remind`)."""
+        self.alarm: Alarm | None = None
+        """Set while the request waits for its watch, or for a reminder (see :class:`_Watches`)."""
         self._watching: trio.CancelScope | None = None
 
     # -- what each kind provides ---------------------------------------------------------------
@@ -536,71 +535,46 @@ class _Watches:
     :data:`WATCH_AFTER`, from one Trio task of the app's.
 
     Reading a connection for its disconnect costs a Trio task and a registration with the
-    kernel; most requests are answered in well under a millisecond, so a request starts as a
-    dict entry (:meth:`watched`) and gets its watcher only once it has been served that long:
-    a disconnect is noticed at most :data:`WATCH_AFTER` seconds late. The task sleeps until
-    the oldest entry is due: an entry that goes before (its request answered) moves that
-    wake-up on, so a server whose requests are all quick never wakes for them (on a busy
-    machine a wake-up costs far more than moving a deadline).
+    kernel; most requests are answered in well under a millisecond, so a request starts as an
+    alarm (:class:`~trio_mcp.actors.runtime.Alarms`, :meth:`watched`) and gets its watcher only
+    once it has been served that long: a disconnect is noticed at most :data:`WATCH_AFTER`
+    seconds late. An alarm withdrawn (its request answered) moves the task's wake-up on, so a
+    server whose requests are all quick never wakes for them (on a busy machine a wake-up
+    costs far more than moving a deadline).
     """
 
     def __init__(self) -> None:
-        self.pending: dict[_Exchange, float] = {}
-        """Requests being served, not watched yet, and when their watch is due (oldest first:
-        every entry is due :data:`WATCH_AFTER` after it was made)."""
+        self.alarms = Alarms()
+        """The requests being served, not watched yet: one alarm each, due :data:`WATCH_AFTER`
+        after it was set."""
         self.nursery: trio.Nursery | None = None
-        self._sleep: trio.CancelScope | None = None  # the task's, while it sleeps
 
-    async def run(self, nursery: trio.Nursery) -> NoReturn:
+    async def run(self, nursery: trio.Nursery) -> None:
         """Start the due watchers in ``nursery``, until cancelled."""
         self.nursery = nursery
-        pending = self.pending
         try:
-            while True:
-                now = trio.current_time()
-                while pending:
-                    exchange, due = next(iter(pending.items()))
-                    if due > now:
-                        break
-                    del pending[exchange]
-                    reminder = exchange.reminder
-                    if reminder is not None:
-                        exchange.reminder = None
-                        reminder()
-                    else:
-                        exchange.start_watch(nursery)
-                wake = next(iter(pending.values())) if pending else math.inf
-                with trio.CancelScope(deadline=wake) as self._sleep:
-                    await trio.sleep_forever()
-                self._sleep = None
+            await self.alarms.run()
         finally:
-            self.nursery = self._sleep = None
+            self.nursery = None
 
     def remind(self, exchange: _Exchange, reminder: Callable[[], None]) -> None:
         """Call ``reminder`` once :data:`WATCH_AFTER` seconds have passed, unless
         :meth:`forget` comes first (a timer that costs no cancel scope)."""
-        exchange.reminder = reminder
-        self._enqueue(exchange)
+        self._set(exchange, reminder)
 
-    def _enqueue(self, exchange: _Exchange) -> None:
-        due = trio.current_time() + WATCH_AFTER
-        self.pending[exchange] = due
-        sleep = self._sleep
-        if sleep is not None and due < sleep.deadline:
-            sleep.deadline = due  # nothing else was pending
+    def _set(self, exchange: _Exchange, callback: Callable[[], None]) -> None:
+        exchange.alarm = self.alarms.add(trio.current_time() + WATCH_AFTER, callback)
+
+    def _due(self, exchange: _Exchange) -> None:
+        exchange.alarm = None
+        if self.nursery is not None:
+            exchange.start_watch(self.nursery)
 
     def forget(self, exchange: _Exchange) -> None:
-        self._drop(exchange)
-        exchange.reminder = None
-
-    def _drop(self, exchange: _Exchange) -> None:
-        """``exchange`` needs no watch (any more): if the task sleeps until its time, it sleeps
-        until the next entry's now."""
-        pending = self.pending
-        due = pending.pop(exchange, None)
-        sleep = self._sleep
-        if due is not None and sleep is not None and due == sleep.deadline:
-            sleep.deadline = next(iter(pending.values())) if pending else math.inf
+        """``exchange`` needs no watch, or reminder, (any more)."""
+        alarm, exchange.alarm = exchange.alarm, None
+        if alarm is not None:
+            self.alarms.withdraw(alarm)
 
     async def watched(
         self,
@@ -638,7 +612,7 @@ class _Watches:
         if now_in is not None:
             exchange.start_watch(now_in)
         else:
-            self._enqueue(exchange)
+            self._set(exchange, functools.partial(self._due, exchange))
         try:
             if enter:
                 with watching:
@@ -649,7 +623,7 @@ class _Watches:
             # disconnect makes the answer pointless)
             return not exchange.disconnected
         finally:
-            self._drop(exchange)
+            self.forget(exchange)
             exchange.stop_watch()
 
 
