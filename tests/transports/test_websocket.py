@@ -834,3 +834,35 @@ async def test_send_many_after_the_peer_closed_raises_broken(server: Server) -> 
             await transport.connection.aclose()
             with pytest.raises(trio.BrokenResourceError):
                 await transport.send_many([b"{}", b"{}"])
+
+
+async def test_answers_to_a_burst_of_requests_go_out_together(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """trio-websocket hands the session one message per scheduler round; the session's writer
+    waits while a burst is still being read (``paced_input``), so 32 pipelined requests are
+    answered in one or two writes, not 32."""
+    writes: list[int] = []
+    send, send_many = WebSocketTransport.send, WebSocketTransport.send_many
+
+    async def counted_send(self: WebSocketTransport, message: bytes) -> None:
+        writes.append(1)
+        await send(self, message)
+
+    async def counted_send_many(self: WebSocketTransport, messages: Any) -> None:
+        writes.append(len(messages))
+        await send_many(self, messages)
+
+    monkeypatch.setattr(WebSocketTransport, "send", counted_send)
+    monkeypatch.setattr(WebSocketTransport, "send_many", counted_send_many)
+    with trio.fail_after(10):
+        async with serving(server) as port, RawClient.open(port) as client:
+            await client.handshake()
+            await client.initialize()
+            writes.clear()
+            burst = b"".join(client.encode_request("ping") for _ in range(32))
+            await client.stream.send_all(burst)  # one TCP write: 32 frames
+            answers = [await client.receive_json() for _ in range(32)]
+    assert all(answer["result"] == {} for answer in answers)
+    assert sum(writes) == 32
+    assert len(writes) <= 2

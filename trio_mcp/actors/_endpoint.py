@@ -55,6 +55,8 @@ DRAIN_TIMEOUT = 1.0
 DRAIN_POLL = 0.005
 MAX_BATCH = 256
 """Most messages the writer takes from the queue for one write."""
+HOLD_BYTES = 64 * 1024
+"""Most bytes a writer holds back while a burst is read (see ``BatchTransport.paced_input``)."""
 
 OVERLOADED = ErrorValue(INTERNAL_ERROR, "Server overloaded; retry later")
 
@@ -238,6 +240,7 @@ class Endpoint:
         # Whatever queued up while we were writing goes out in one write, where the transport
         # can (a burst of answers to pipelined requests costs one system call, not one each).
         send_many = getattr(self.transport, "send_many", None)
+        paced = send_many is not None and getattr(self.transport, "paced_input", False)
         outbound = self._outbound
         while True:
             if not outbound:
@@ -251,6 +254,19 @@ class Endpoint:
 
                 await trio.lowlevel.wait_task_rescheduled(abort)
                 continue
+            if paced:
+                # A burst of requests may still be being read, each in a scheduler round of its
+                # own (see BatchTransport.paced_input), and each answer would be a write of its
+                # own. While the queue grew in the last two rounds, wait one more (two: Trio
+                # runs a round's tasks in no fixed order, so one round may show no answer
+                # while the burst goes on): the burst's answers go out in one write. At most
+                # MAX_BATCH answers, HOLD_BYTES, are held back.
+                queued = len(outbound)
+                still = 0
+                while still < 2 and queued < MAX_BATCH and self._outbound_bytes < HOLD_BYTES:
+                    await trio.lowlevel.checkpoint()
+                    still = still + 1 if len(outbound) == queued else 0
+                    queued = len(outbound)
             batch: list[bytes] = []
             callbacks: list[Callable[[], None]] = []
             size = 0

@@ -57,7 +57,14 @@ class Transport(Protocol):
 
 
 class BatchTransport(Transport, Protocol):
-    """A transport that can also write several messages at once (one system call for stdio)."""
+    """A transport that can also write several messages at once (one system call for stdio).
+
+    One may also say, by a class attribute ``paced_input = True``, that each message it
+    receives costs its reader a scheduler round (another Trio task hands them over one at a
+    time, as trio-websocket's does): a writer then holds the answers back while a burst is
+    still being read, and writes them together. Without it (stdio reads a burst in one round)
+    every answer queued goes out as soon as the writer runs.
+    """
 
     async def send_many(self, messages: Sequence[bytes]) -> None: ...
 

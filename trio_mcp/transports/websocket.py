@@ -113,6 +113,10 @@ class WebSocketTransport:
     one task at a time may ``receive``.
     """
 
+    paced_input = True
+    """Messages come one per scheduler round (trio-websocket's reader task hands each over):
+    see :class:`~trio_mcp.transports.base.BatchTransport`."""
+
     def __init__(
         self,
         connection: WebSocketConnection,
