@@ -309,6 +309,25 @@ def test_instruction_counts_come_from_the_real_server_process() -> None:
     assert 50_000 < int(match.group(1).replace(",", "")) < 2_000_000
 
 
+def test_bytecode_counts_come_from_the_measured_requests_only() -> None:
+    """``benchmarks.bytecodes`` counts, in the real server process, the bytecodes of the
+    requests it measures: a ``tasks/get`` of the floor is some hundreds, the warm-up and the
+    start-up (hundreds of thousands) left out; its own functions are named."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bytecodes", "--op", "get", "--subject", "bare-trio", "--n", "50"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    first, *rows = proc.stdout.splitlines()
+    match = re.fullmatch(r"bare-trio: ([\d,]+) bytecodes, ([\d.]+) calls per get", first)
+    assert match is not None, proc.stdout
+    assert 100 < int(match.group(1).replace(",", "")) < 5_000
+    assert any(re.search(r"  benchmarks/trio_floor\.py:\d+:handle$", row) for row in rows), proc.stdout
+
+
 def test_cachegrind_totals_are_read_from_its_summary() -> None:
     log = (
         "==7== I   refs:      2,059,682,073\n==7== I1  misses:       39,336,051\n"
