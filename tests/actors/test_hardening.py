@@ -439,6 +439,33 @@ async def test_an_idle_connection_is_closed_but_not_one_with_work_running() -> N
                 assert (await busy.task_result(created.task.task_id)).text == "waited"
 
 
+async def test_the_idle_timeout_counts_from_the_last_message_and_spares_running_work(
+    autojump_clock: Any,
+) -> None:
+    """One watcher times a connection's silence (no cancel scope per message): a message every
+    6 s keeps a 10 s timeout away for a minute; a silent client whose task runs is kept; once
+    nothing goes on, 10 s after its last message the connection ends."""
+    async with server.open() as runtime, trio.open_nursery() as nursery:
+        client_side, server_side = memory_transport_pair()
+        nursery.start_soon(functools.partial(runtime.serve, server_side, idle_timeout=10))
+        async with connect(client_side) as client:
+            for _ in range(10):
+                await trio.sleep(6)
+                await client.ping()
+            created = await client.call_tool_as_task("wait", {"seconds": 25})
+            await trio.sleep(20)  # silent, but its task runs: not idle
+            assert (await client.task_result(created.task.task_id)).text == "waited"
+            await client.ping()  # (the silence counts from the client's last message)
+            await trio.sleep(9.5)
+            await client.ping()  # within the timeout: answered, and the silence counts anew
+            await trio.sleep(9.5)
+            await client.ping()
+            await trio.sleep(10.5)
+            with pytest.raises(ConnectionClosed):
+                await client.ping()
+        nursery.cancel_scope.cancel()
+
+
 # ----------------------------------------------------------------------------- mixed load
 
 

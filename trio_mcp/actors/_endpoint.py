@@ -100,6 +100,7 @@ class Endpoint:
         self.write_timeout = write_timeout
         self.idle_timeout = idle_timeout
         """Close after this many seconds without an incoming message while :meth:`idle`."""
+        self._waiting_since: float | None = None  # when the pending receive began (idle timeout)
         self._writer: trio.lowlevel.Task | None = None
         self._writing = False
         self._connection_scope: trio.CancelScope | None = None
@@ -406,12 +407,32 @@ class Endpoint:
     async def _receive(self) -> jsonrpc.Received:
         if self.idle_timeout is None:
             return await self.transport.receive()
-        while True:
-            with trio.move_on_after(self.idle_timeout):
-                return await self.transport.receive()
-            if self.idle():
-                log.info("%s: idle for %gs; closing the connection", self.name, self.idle_timeout)
-                raise trio.EndOfChannel
+        # The wait is timed by _watch_idle, not by a cancel scope per message (one costs as
+        # much as a small request).
+        self._waiting_since = trio.current_time()
+        try:
+            return await self.transport.receive()
+        finally:
+            self._waiting_since = None
+
+    async def _watch_idle(self, watch: trio.CancelScope) -> None:
+        """End the reading, as the peer's end of input would, once a receive has waited
+        :attr:`idle_timeout` seconds while :meth:`idle`; a receive that waited as long while
+        something goes on waits as long again. Wakes about once per timeout, however many
+        messages come."""
+        timeout = self.idle_timeout
+        assert timeout is not None
+        with watch:
+            while True:
+                since = self._waiting_since
+                now = trio.current_time()
+                if since is not None and now - since >= timeout:
+                    if self.idle():
+                        log.info("%s: idle for %gs; closing the connection", self.name, timeout)
+                        self.stop_reading()
+                        return
+                    self._waiting_since = since = now
+                await trio.sleep_until((now if since is None else since) + timeout)
 
     async def run_connection(self, nursery: trio.Nursery) -> None:
         """Read until the peer hangs up; the writer runs in ``nursery``.
@@ -421,8 +442,11 @@ class Endpoint:
         :data:`DRAIN_TIMEOUT` seconds: a request followed at once by end of input is answered.
         """
         self.nursery = nursery
+        idle_watch = trio.CancelScope()
         if self._direct is None:
             nursery.start_soon(self._write_loop)
+            if self.idle_timeout is not None:
+                nursery.start_soon(self._watch_idle, idle_watch)
         try:
             with trio.CancelScope() as scope:
                 self._connection_scope = scope
@@ -440,6 +464,7 @@ class Endpoint:
             log.error("connection failed: %r", exc, exc_info=exc)
             raise
         finally:
+            idle_watch.cancel()
             self.closed = True
             self._wake_writer()
             self.on_disconnect()
