@@ -33,6 +33,7 @@ from .commands import (
     Listen,
     ListTools,
     UpdateTask,
+    call_tool_command,
 )
 from .converter import structure, unstructure
 from .errors import (
@@ -401,16 +402,14 @@ class ModernDialect:
             return ErrorValue(INVALID_PARAMS, "Invalid params at 'inputResponses': expected an object")
         if state is not None and not isinstance(state, str):
             return ErrorValue(INVALID_PARAMS, "Invalid params at 'requestState': expected a string")
+        # CallTool(name, arguments, progress_token, as_task, ttl_ms, auto_task, input_responses,
+        # request_state): no client-asked ttl in this era.
         if support == "required":
             if not scope.has_tasks_extension:
                 return requires_tasks_extension()
-            return CallTool(
-                name, arguments, token, as_task=True, input_responses=responses, request_state=state
-            )
+            return call_tool_command(name, arguments, token, True, None, False, responses, state)
         auto = support == "optional" and scope.has_tasks_extension
-        return CallTool(
-            name, arguments, token, auto_task=auto, input_responses=responses, request_state=state
-        )
+        return call_tool_command(name, arguments, token, False, None, auto, responses, state)
 
     @staticmethod
     def interpret_notification(notification: Notification) -> CancelRequest | None:
