@@ -62,7 +62,7 @@ async def test_a_failing_callback_does_not_stop_the_others(autojump_clock: trio.
 
 
 class _Wakes(trio.abc.Instrument):
-    """Counts the scheduler steps of the task named ``name``."""
+    """Counts the scheduler steps of the task named ``name``, while counting (``with``)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -71,6 +71,13 @@ class _Wakes(trio.abc.Instrument):
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         if task.name == self.name:
             self.steps += 1
+
+    def __enter__(self) -> _Wakes:
+        trio.lowlevel.add_instrument(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        trio.lowlevel.remove_instrument(self)
 
 
 async def test_alarms_added_and_withdrawn_without_pause_wake_the_task_at_most_once_per_delay(
@@ -87,14 +94,13 @@ async def test_alarms_added_and_withdrawn_without_pause_wake_the_task_at_most_on
     async with trio.open_nursery() as nursery:
         nursery.start_soon(alarms.run, name="alarms")
         await trio.sleep(1)
-        trio.lowlevel.add_instrument(wakes)
-        try:
 
-            async def quick(k: int) -> None:
-                alarm = alarms.add(trio.current_time() + 0.05, lambda: rang.append(k))
-                await trio.sleep(0.01)
-                alarms.withdraw(alarm)
+        async def quick(k: int) -> None:
+            alarm = alarms.add(trio.current_time() + 0.05, lambda: rang.append(k))
+            await trio.sleep(0.01)
+            alarms.withdraw(alarm)
 
+        with wakes:
             async with trio.open_nursery() as waits:
                 for k in range(500):
                     waits.start_soon(quick, k)
@@ -103,8 +109,6 @@ async def test_alarms_added_and_withdrawn_without_pause_wake_the_task_at_most_on
             assert alarms.pending == 0  # the last withdrawn: nothing kept
             await trio.sleep(10)
             after = wakes.steps - during
-        finally:
-            trio.lowlevel.remove_instrument(wakes)
         nursery.cancel_scope.cancel()
     assert rang == []
     assert 1 <= during <= 1 / 0.04 + 2
@@ -126,12 +130,9 @@ async def test_a_withdrawn_front_leaves_the_wake_up_while_others_are_kept(
         first = alarms.add(start + 1, lambda: rang.append(-1))
         alarms.add(start + 3, lambda: rang.append(trio.current_time() - start))
         alarms.withdraw(first)
-        trio.lowlevel.add_instrument(wakes)
-        try:
+        with wakes:
             await trio.sleep(1.5)
             assert wakes.steps == 1 and rang == []  # woke at 1 for nothing
             await trio.sleep(2)
-        finally:
-            trio.lowlevel.remove_instrument(wakes)
         nursery.cancel_scope.cancel()
     assert rang == [3]
