@@ -396,6 +396,27 @@ async def test_send_to_closed_pipe_is_broken_resource() -> None:
             await transport.send(b"hello")
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="FdStream is Unix-only")
+async def test_send_many_within_a_time_to_a_pipe(autojump_clock: trio.testing.MockClock) -> None:
+    """``send_many_within`` (what a connection's writer uses): a batch the pipe takes is
+    written whole, at once; one a peer that does not read leaves waiting is abandoned after
+    the time given (False), part-way, and the transport is broken from then on."""
+    read_fd, write_fd = os.pipe()
+    reader = trio.lowlevel.FdStream(read_fd)
+    writer = trio.lowlevel.FdStream(write_fd)
+    transport = StreamTransport(trio.testing.memory_stream_one_way_pair()[1], writer)
+    async with transport, reader:
+        assert await transport.send_many_within([b'{"a":1}', b'{"b":2}'], 5) is True
+        assert await reader.receive_some() == b'{"a":1}\n{"b":2}\n'
+        big = [b"x" * 65536] * 64  # 4 MiB: more than a pipe holds
+        began = trio.current_time()
+        assert await transport.send_many_within(big, 5) is False
+        assert trio.current_time() - began == 5
+        assert len(await reader.receive_some(1 << 20)) > 0  # part of it went out
+        with pytest.raises(trio.BrokenResourceError):
+            await transport.send(b"next")
+
+
 async def test_send_interrupted_mid_frame_breaks_the_transport() -> None:
     stream = TricklingSendStream(piece=2)
     transport = StreamTransport(ScriptedReceiveStream([]), stream)

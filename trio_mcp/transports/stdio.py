@@ -45,6 +45,7 @@ Entry points: :func:`open_stdio_transport` (a server speaking on its own stdin/s
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import subprocess
@@ -91,6 +92,7 @@ class StreamTransport(trio.abc.AsyncResource):
         "_receive_stream",
         "_receiving",
         "_send_broken",
+        "_send_fd",
         "_send_lock",
         "_send_stream",
         "max_message_size",
@@ -111,6 +113,10 @@ class StreamTransport(trio.abc.AsyncResource):
         """Largest message accepted by :meth:`receive`, in bytes, without the line terminator."""
         self._send_lock = trio.Lock()
         self._send_broken = False
+        # A file descriptor's stream (stdio, a subprocess's pipes): what it takes at once is
+        # written without send_all's waiting machinery (see _write).
+        fd_stream = getattr(trio.lowlevel, "FdStream", None)  # (Unix only)
+        self._send_fd = send_stream if fd_stream is not None and isinstance(send_stream, fd_stream) else None
         self._closed = False
         self._receiving = False
         # Receive state. ``_chunk[_pos:]`` is read but not yet consumed. ``_partial`` holds the
@@ -149,10 +155,21 @@ class StreamTransport(trio.abc.AsyncResource):
             raise ValueError("a stdio message must not contain a newline")
         await self._write(_NEWLINE.join(messages) + _NEWLINE)
 
-    async def _write(self, frame: bytes) -> None:
+    async def send_many_within(self, messages: Sequence[bytes], seconds: float) -> bool:
+        """:meth:`send_many`, given at most ``seconds`` to be taken by the peer: False
+        if it was not (the write is abandoned part-way, and the transport is broken from then
+        on). A batch the peer takes at once, the usual case, costs no timer (a cancel scope
+        costs about as much as a small request): only a write that has to wait gets one."""
+        if not messages:
+            await trio.lowlevel.checkpoint()
+            return True
+        if b"".join(messages).find(_NEWLINE) >= 0:
+            raise ValueError("a stdio message must not contain a newline")
+        return await self._write(_NEWLINE.join(messages) + _NEWLINE, seconds)
+
+    async def _write(self, frame: bytes, seconds: float = math.inf) -> bool:
         # The lock only makes concurrent senders take turns; uncontended (the usual case: one
-        # writer task) it is taken without a scheduler round trip. The write itself is still a
-        # checkpoint (the stream's send_all).
+        # writer task) it is taken without a scheduler round trip. The write is a checkpoint.
         lock = self._send_lock
         if lock.locked():
             await lock.acquire()
@@ -165,15 +182,42 @@ class StreamTransport(trio.abc.AsyncResource):
                 raise trio.BrokenResourceError("an earlier send was interrupted in the middle of a frame")
             # If we are already cancelled, fail here, where it is known that nothing was written.
             await trio.lowlevel.checkpoint_if_cancelled()
-            try:
-                await self._send_stream.send_all(frame)
-            except trio.ClosedResourceError:
-                raise  # closed locally (aclose/send_eof): keep reporting it as closed
-            except BaseException:
-                self._send_broken = True
-                raise
+            sent = self._write_now(frame) if self._send_fd is not None else 0
+            if sent == len(frame):
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return True
+            rest = memoryview(frame)[sent:]
+            if seconds == math.inf:
+                await self._send_rest(rest)
+                return True
+            with trio.move_on_after(seconds) as timer:
+                await self._send_rest(rest)
+            return not timer.cancelled_caught
         finally:
             lock.release()
+
+    def _write_now(self, frame: bytes) -> int:
+        """What of ``frame`` the file descriptor takes without waiting (it is non-blocking:
+        FdStream made it so), as FdStream's send_all would write it."""
+        assert self._send_fd is not None
+        try:
+            return os.write(self._send_fd.fileno(), frame)
+        except BlockingIOError:
+            return 0
+        except OSError as exc:
+            if exc.errno == errno.EBADF:  # closed locally (send_eof): reported as closed
+                raise trio.ClosedResourceError("file was already closed") from None
+            self._send_broken = True
+            raise trio.BrokenResourceError from exc
+
+    async def _send_rest(self, data: memoryview) -> None:
+        try:
+            await self._send_stream.send_all(data)
+        except trio.ClosedResourceError:
+            raise  # closed locally (aclose/send_eof): keep reporting it as closed
+        except BaseException:
+            self._send_broken = True
+            raise
 
     async def send_eof(self) -> None:
         """Close the sending half only: the peer sees end of input, and we can still receive.
