@@ -146,14 +146,7 @@ class StreamTransport(trio.abc.AsyncResource):
     async def send_many(self, messages: Sequence[bytes]) -> None:
         """Send several messages with one write: same framing and errors as :meth:`send`
         (none: nothing is written, and it is still a checkpoint)."""
-        if not messages:
-            await trio.lowlevel.checkpoint()
-            return
-        # One memchr over the batch (count() tests byte by byte; ``in`` per message costs a
-        # failed integer conversion each).
-        if b"".join(messages).find(_NEWLINE) >= 0:
-            raise ValueError("a stdio message must not contain a newline")
-        await self._write(_NEWLINE.join(messages) + _NEWLINE)
+        await self.send_many_within(messages, math.inf)
 
     async def send_many_within(self, messages: Sequence[bytes], seconds: float) -> bool:
         """:meth:`send_many`, given at most ``seconds`` to be taken by the peer: False
@@ -163,6 +156,8 @@ class StreamTransport(trio.abc.AsyncResource):
         if not messages:
             await trio.lowlevel.checkpoint()
             return True
+        # One memchr over the batch (count() tests byte by byte; ``in`` per message costs a
+        # failed integer conversion each).
         if b"".join(messages).find(_NEWLINE) >= 0:
             raise ValueError("a stdio message must not contain a newline")
         return await self._write(_NEWLINE.join(messages) + _NEWLINE, seconds)
