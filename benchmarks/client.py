@@ -23,7 +23,7 @@ import select
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +106,23 @@ def cpu_seconds(pid: int) -> float:
     except (OSError, ValueError, IndexError):
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_sum(pid: int, name: str, read: Callable[[bytes], float]) -> float:
+    """The sum over ``pid``'s live threads of ``read(/proc/PID/task/TID/<name>)``; a thread that
+    ends between the listing and the read counts nothing (0 if the process is gone)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    total = 0.0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/{name}", "rb") as f:
+                total += read(f.read())
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
 
 
 def rss_kib(pid: int) -> int:

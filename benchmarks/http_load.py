@@ -19,7 +19,6 @@ its threads (Node's compiler and collector threads count).
 from __future__ import annotations
 
 import json
-import os
 import selectors
 import socket
 import time
@@ -27,24 +26,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .client import thread_sum
+
 READ_SIZE = 1 << 16
 ACCEPT = "application/json, text/event-stream"
 
 
 def process_cpu(pid: int) -> float:
     """CPU seconds used so far by every live thread of ``pid`` (``/proc/PID/task/*/schedstat``)."""
-    total = 0
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0.0
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
-                total += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass  # the thread ended between the listing and the read
-    return total / 1e9
+    return thread_sum(pid, "schedstat", lambda data: int(data.split()[0])) / 1e9
 
 
 def encode_request(port: int, body: bytes, headers: Mapping[str, str], path: str = "/mcp") -> bytes:

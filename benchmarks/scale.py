@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.client import thread_sum
 from benchmarks.http_load import post, process_cpu, rpc
 from benchmarks.valkey import Valkey
 
@@ -86,20 +87,14 @@ def sent_commands(port: int, ports: list[int], tasks: int) -> float:
 def sleeps(pid: int) -> int:
     """How many times every live thread of ``pid`` went to sleep waiting so far (voluntary
     context switches)."""
-    total = 0
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/status", "rb") as f:
-                for line in f:
-                    if line.startswith(b"voluntary_ctxt_switches:"):
-                        total += int(line.split()[1])
-        except (OSError, ValueError, IndexError):
-            pass  # the thread ended between the listing and the read
-    return total
+    return int(thread_sum(pid, "status", _voluntary_switches))
+
+
+def _voluntary_switches(status: bytes) -> int:
+    for line in status.splitlines():
+        if line.startswith(b"voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    return 0
 
 
 def start(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .client import LoadClient, Request, RunResult
+from .client import LoadClient, Request, RunResult, thread_sum
 from .http_client import HttpLoadClient
 from .valkey import Valkey
 from .workloads import SERVER_SCRIPT, ScaleRuns, Sizes, Target, timed_creates
@@ -36,12 +36,7 @@ def process_cpu(pid: int) -> tuple[float, float]:
     """CPU seconds of every thread of ``pid`` so far, two ways: the sum of the live threads'
     ``schedstat`` (ns, but a thread that exits takes its time with it) and ``/proc/PID/stat``'s
     user + system (every thread, dead ones included, but in clock ticks of 10 ms)."""
-    precise = 0.0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            precise += int((task / "schedstat").read_text().split()[0]) / 1e9
-        except (OSError, ValueError, IndexError):
-            pass
+    precise = thread_sum(pid, "schedstat", lambda data: int(data.split()[0])) / 1e9
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return precise, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
