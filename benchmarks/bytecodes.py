@@ -18,19 +18,28 @@ times slower: what depends on time (timers, batching) may differ from a normal r
 
 ``--op``: ``create`` (task-augmented ``echo`` calls), ``get``, ``cancel`` (of ``sleep`` tasks
 made first), ``result`` (of finished ``echo`` tasks). ``--n``: requests counted (window 64).
+
+``--http``: the same over Streamable HTTP (``server.py --http`` against the h11 floor,
+``http_floor.py``; 16 keep-alive connections), with ``benchmarks.http_peers``' operations
+(``call``, ``create``, ``result``, ``get``, ``cancel``, ``m_call``, ``m_get``; a ``cancel``
+counts the creation of the task it cancels). Slowed down twentyfold, a request there is
+watched for its client's disconnect (after 50 ms) far more often than at full speed: read
+Trio's share with care, the runtime's own functions are exact.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import os
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+import types
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +48,8 @@ if __package__ in (None, ""):  # run as the tracer around a server (see _serve_t
 
 SUBJECTS = ("trio-mcp", "bare-trio")
 OPS = ("create", "get", "cancel", "result")
+HTTP_SUBJECTS = ("trio-mcp", "floor")
+HTTP_OPS = ("call", "create", "result", "get", "cancel", "m_call", "m_get")
 WINDOW = 64
 WARMUP = 200
 
@@ -91,8 +102,14 @@ def _serve_traced(argv: Sequence[str]) -> None:
             # Frames already running (the loops of long-lived Trio tasks, suspended) are
             # counted from here on too, not only the frames made from now on.
             for obj in gc.get_objects():
-                suspended = getattr(obj, "cr_frame", None) or getattr(obj, "gi_frame", None)
-                if suspended is not None and type(suspended).__name__ == "frame":
+                kind = type(obj)
+                if kind is types.CoroutineType:
+                    suspended = obj.cr_frame
+                elif kind is types.GeneratorType:
+                    suspended = obj.gi_frame
+                else:
+                    continue
+                if suspended is not None:
                     watch(suspended)
             while frame is not None:
                 watch(frame)
@@ -106,6 +123,22 @@ def _serve_traced(argv: Sequence[str]) -> None:
     signal.signal(signal.SIGUSR1, toggle)
     sys.argv = list(argv)
     runpy.run_path(argv[0], run_name="__main__")
+
+
+def _counted(pid: int, out: Path, run: Callable[[], object], pause: Callable[[float], None]) -> Any:
+    """The counts (by function) of the server at ``pid`` (run by :func:`_serve_traced`,
+    writing them to ``out``) while ``run()`` sends the requests measured; ``pause(seconds)``
+    waits (reading the server's notifications meanwhile, for a stdio client)."""
+    pause(0.2)  # what came before (notifications, a status change) is in
+    os.kill(pid, signal.SIGUSR1)
+    pause(0.2)  # the signal is handled: counting
+    run()
+    pause(0.2)  # what follows the answers (a status notification) is counted
+    os.kill(pid, signal.SIGUSR1)
+    deadline = time.monotonic() + 60
+    while not out.exists() and time.monotonic() < deadline:
+        pause(0.05)
+    return json.loads(out.read_text())
 
 
 def count(subject: str, op: str, n: int) -> dict[str, tuple[float, float]]:
@@ -132,20 +165,46 @@ def count(subject: str, op: str, n: int) -> dict[str, tuple[float, float]]:
                 target.run(by_id(f"tasks/{op}", ids[:WARMUP]), WINDOW)
                 requests = by_id(f"tasks/{op}", ids[WARMUP:])
             client.ping()
-            client.settle(0.2)  # the warm-up's notifications are in
-            os.kill(client.pid, signal.SIGUSR1)
-            client.settle(0.2)  # the signal is handled: counting
-            run = target.run(requests, WINDOW)
-            if run.errors:
-                raise RuntimeError(f"{subject}: {op} failed: {next(iter(run.errors.values()))}")
-            client.settle(0.2)  # what follows the answers (a status notification) is counted
-            os.kill(client.pid, signal.SIGUSR1)
-            deadline = time.monotonic() + 60
-            while not out.exists() and time.monotonic() < deadline:
-                client.settle(0.05)
-            counts = json.loads(out.read_text())
+
+            def measured() -> None:
+                run = target.run(requests, WINDOW)
+                if run.errors:
+                    raise RuntimeError(f"{subject}: {op} failed: {next(iter(run.errors.values()))}")
+
+            counts = _counted(client.pid, out, measured, client.settle)
         finally:
             target.close()
+    return {where: (b / n, c / n) for where, (b, c) in counts.items()}
+
+
+def count_http(subject: str, op: str, n: int) -> dict[str, tuple[float, float]]:
+    """Bytecodes and calls per request of the HTTP ``op`` (``benchmarks.http_peers``' names)
+    for ``subject``: ``trio-mcp`` (``server.py --http``) or ``floor`` (``http_floor.py``),
+    on 16 keep-alive connections."""
+    from . import http_peers
+
+    script = http_peers.SERVER_SCRIPT if subject == "trio-mcp" else http_peers.FLOOR_SCRIPT
+    args = ["--http", "127.0.0.1:0"] if subject == "trio-mcp" else []
+    sizes = dataclasses.replace(http_peers.Sizes(), n=n, warmup=WARMUP)
+    with tempfile.TemporaryDirectory(prefix="bench-bytecodes-") as directory:
+        out = Path(directory) / "counts.json"
+        child = http_peers.Child(
+            [sys.executable, str(Path(__file__).resolve()), str(script), *args],
+            "http-port",
+            {"BYTECODES_OUT": str(out), "BENCH_JSON_RESPONSE": "1"},
+        )
+        peer_class = http_peers.Peer if subject == "trio-mcp" else http_peers.FloorPeer
+        peer = peer_class(subject, child, sizes)
+        try:
+            peer.setup((op,))
+            if op == "result":
+                peer.timed("create", WARMUP)  # finished tasks whose results are asked for
+            for _ in range(2):
+                peer.timed(op, WARMUP)
+            # (timed() adds one request per connection)
+            counts = _counted(child.pid, out, lambda: peer.timed(op, n - sizes.connections), time.sleep)
+        finally:
+            peer.close()
     return {where: (b / n, c / n) for where, (b, c) in counts.items()}
 
 
@@ -162,13 +221,14 @@ def report(figures: dict[str, dict[str, tuple[float, float]]], op: str, top: int
         for where, (b, c) in sorted(counts.items(), key=lambda kv: -kv[1][0])[:top]:
             lines.append(f"  {b:8.1f} {c:6.2f}  {where}")
     if len(figures) == 2 and all(totals.values()):
-        ours, floor = figures["trio-mcp"], figures["bare-trio"]
-        lines.append(f"trio-mcp / bare-trio: bytecodes {totals['trio-mcp'] / totals['bare-trio']:.3f}")
+        base = next(s for s in figures if s != "trio-mcp")
+        ours, floor = figures["trio-mcp"], figures[base]
+        lines.append(f"trio-mcp / {base}: bytecodes {totals['trio-mcp'] / totals[base]:.3f}")
         by_module: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
         for index, counts in enumerate((ours, floor)):
             for where, (b, _) in counts.items():
                 by_module[_module(where)][index] += b
-        lines.append("by module (trio-mcp, bare-trio, difference):")
+        lines.append(f"by module (trio-mcp, {base}, difference):")
         for module, (a, b) in sorted(by_module.items(), key=lambda kv: kv[1][1] - kv[1][0])[:top]:
             if abs(a - b) >= 1:
                 lines.append(f"  {a:8.1f} {b:8.1f} {a - b:+8.1f}  {module}")
@@ -177,12 +237,20 @@ def report(figures: dict[str, dict[str, tuple[float, float]]], op: str, top: int
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--op", choices=OPS, default="create")
-    parser.add_argument("--subject", choices=SUBJECTS, action="append", help="default: both")
+    parser.add_argument("--op", choices=sorted({*OPS, *HTTP_OPS}), default="create")
+    parser.add_argument("--http", action="store_true", help="over HTTP, against the h11 floor")
+    parser.add_argument(
+        "--subject", choices=sorted({*SUBJECTS, *HTTP_SUBJECTS}), action="append", help="default: both"
+    )
     parser.add_argument("--n", type=int, default=1000, help="requests counted")
     parser.add_argument("--top", type=int, default=30, help="functions (and modules) shown")
     args = parser.parse_args(argv)
-    figures = {s: count(s, args.op, args.n) for s in args.subject or SUBJECTS}
+    if args.http:
+        figures = {s: count_http(s, args.op, args.n) for s in args.subject or HTTP_SUBJECTS}
+    else:
+        if args.op not in OPS:
+            parser.error(f"--op {args.op} is an HTTP operation: add --http")
+        figures = {s: count(s, args.op, args.n) for s in args.subject or SUBJECTS}
     print(report(figures, args.op, args.top))
 
 

@@ -492,6 +492,53 @@ async def test_dropped_post_stream_is_resumed_and_loses_no_response(
         assert stale.status_code == 400
 
 
+async def test_handshake_plain_call_elicits_on_its_post_stream(url: str, http: httpx.AsyncClient) -> None:
+    """A plain call that asks the client something: the request reaches the client on the
+    call's own SSE stream while the call waits, and the client's answer (another POST)
+    lets the call finish on that stream."""
+    hello = {**INITIALIZE, "capabilities": {"elicitation": {}}}
+    with trio.fail_after(10):
+        response = await http.post(url, content=rpc(1, "initialize", hello), headers=POST_HEADERS)
+        session = response.headers["mcp-session-id"]
+        await http.post(url, content=rpc(None, "notifications/initialized"), headers=session_headers(session))
+        params = {"name": "ask", "arguments": {}}
+        async with http.stream(
+            "POST", url, content=rpc(2, "tools/call", params), headers=session_headers(session)
+        ) as r:
+            assert r.headers["content-type"].startswith("text/event-stream")
+            answer: dict[str, Any] | None = None
+            async for event in events(r):
+                message = json.loads(event.data) if event.data else {}
+                if message.get("method") == "elicitation/create":
+                    reply = {
+                        "jsonrpc": "2.0",
+                        "id": message["id"],
+                        "result": {"action": "accept", "content": {"name": "Ada"}},
+                    }
+                    posted = await http.post(url, content=json.dumps(reply), headers=session_headers(session))
+                    assert posted.status_code == 202
+                elif message.get("id") == 2:
+                    answer = message
+                    break
+        assert answer is not None and answer["result"]["content"][0]["text"] == "hello Ada"
+
+
+async def test_delete_ends_a_plain_call_in_progress(url: str, http: httpx.AsyncClient, probe: Probe) -> None:
+    """Ending the session stops its plain calls: the tool is cancelled and the call's POST
+    response ends (no response to a call of a session that is gone)."""
+    with trio.fail_after(10):
+        session = await initialize(http, url)
+        params = {"name": "gate", "arguments": {"tag": "gone"}}
+        async with http.stream(
+            "POST", url, content=rpc(2, "tools/call", params), headers=session_headers(session)
+        ) as r:
+            await probe.started["gone"].wait()
+            assert (await http.delete(url, headers=session_headers(session))).status_code == 200
+            await probe.cancelled["gone"].wait()
+            seen = [json.loads(e.data) for e in [e async for e in events(r)] if e.data]
+        assert all(message.get("id") != 2 for message in seen)  # the stream ended, unanswered
+
+
 async def test_idle_sessions_expire(probe: Probe, http: httpx.AsyncClient) -> None:
     async with serving(make_server(probe), idle_timeout=0.2) as endpoint:
         with trio.fail_after(10):

@@ -5,7 +5,8 @@ dispatch table (:mod:`trio_mcp.actors._dispatch`).
 
 Quick requests (ping, lists, task get/cancel/create) are answered in order by the reader;
 requests that wait on work (a plain ``tools/call``, ``tasks/result``) run in their own Trio task
-so any number can be open at once, and ``notifications/cancelled`` stops them. Nothing a client
+so any number can be open at once, and ``notifications/cancelled`` stops them (a plain call
+delivered by a direct transport's caller, an HTTP POST, runs in that caller's task instead). Nothing a client
 sends reaches past this actor as an exception: every failure becomes a JSON-RPC error. Every
 request is an :class:`~trio_mcp.actors._request.InboundRequest` from admission to its
 answer's write.
@@ -95,12 +96,13 @@ _NO_MIDDLEWARE = Middlewares((), ())
 
 # The serving kinds as module globals: an Enum member read through its class costs a Python
 # call in 3.11, and the reader compares kinds for every request.
-_NOW, _INLINE, _QUERY, _CREATE, _RESULT = (
+_NOW, _INLINE, _QUERY, _CREATE, _RESULT, _CALL = (
     Serving.NOW,
     Serving.INLINE,
     Serving.QUERY,
     Serving.CREATE,
     Serving.RESULT,
+    Serving.CALL,
 )
 
 
@@ -196,6 +198,8 @@ class SessionActor(Endpoint):
                 await self.run_connection(nursery)
                 nursery.cancel_scope.cancel()  # requests still running have no one to answer
         finally:
+            for scope in self._in_flight.values():
+                scope.cancel()  # nor have those served in their deliverers' tasks (see deliver)
             with trio.CancelScope(shield=True):
                 await self.transport.aclose()
             trace("actor.stop", {"actor": "SessionActor", "name": self.name})
@@ -287,8 +291,12 @@ class SessionActor(Endpoint):
             self._queue_answer(request, encode_answer(message.id, handler(self, command, scope, request)))
         elif serving is _INLINE:
             await self._answer(request, lambda: handler(self, command, scope, request))
-        elif self._admit_waiting(request):  # CALL, MAYBE_TASK: in a Trio task of their own
-            self._spawn_answer(request, lambda: handler(self, command, scope, request))
+        elif self._admit_waiting(request):
+            if serving is _CALL and self._direct is not None:
+                # A direct transport's deliverer waits for its call anyway: served in its task.
+                await self._answer_in_caller(request, lambda: handler(self, command, scope, request))
+            else:  # CALL, MAYBE_TASK: in a Trio task of their own
+                self._spawn_answer(request, lambda: handler(self, command, scope, request))
 
     async def _on_request_through(self, message: jsonrpc.Request) -> None:
         """:meth:`on_request` of a session whose server has middleware (chosen when the
@@ -432,6 +440,25 @@ class SessionActor(Endpoint):
         scope = trio.CancelScope()
         self._in_flight[request.id] = scope
         request.run(self._nursery.start_soon, self._answer_in_scope, request, call, scope)
+
+    async def _answer_in_caller(self, request: InboundRequest, call: Call) -> None:
+        """Answer an admitted call in the calling Trio task (a direct transport's deliverer: an
+        HTTP POST's, which keeps what the call sends meanwhile moving from a task of its
+        own). The call's scope is shielded: as in a task of its own, only what stops a
+        call here stops it (``notifications/cancelled``, the session's end, shutdown), not
+        whatever ends the deliverer's HTTP connection."""
+        if self.closed:  # the session ended as it was delivered: nothing runs, nobody hears
+            request.after_written = None
+            request.dropped()
+            self._release()
+            return
+        scope = trio.CancelScope(shield=True)
+        self._in_flight[request.id] = scope
+        token = current_request.set(request)
+        try:
+            await self._answer_in_scope(request, call, scope)
+        finally:
+            current_request.reset(token)
 
     async def _answer_in_scope(self, request: InboundRequest, call: Call, scope: trio.CancelScope) -> None:
         queued = False

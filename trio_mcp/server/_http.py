@@ -673,6 +673,9 @@ class _Stream:
         self.answer: bytes | None = None
         """The response, when it came first to an undecided stream (never buffered for replay:
         it is answered as JSON, with no event id)."""
+        self.on_wake: Callable[[], None] | None = None
+        """Called at each change (after :attr:`changed` is set), while a POST serving its
+        call in its own task watches the stream (see :class:`_PostAnswer`)."""
 
     @property
     def changed(self) -> trio.Event:
@@ -687,6 +690,8 @@ class _Stream:
         changed, self._changed = self._changed, None
         if changed is not None:
             changed.set()
+        if self.on_wake is not None:
+            self.on_wake()
 
     def after(self, seq: int) -> list[_Event]:
         new: list[_Event] = []
@@ -1062,6 +1067,82 @@ class _ModernAnswer:
             log.error("writing a 2026-07-28 SSE answer failed: %r", exc, exc_info=exc)
         finally:
             done.set()
+
+
+class _PostAnswer:
+    """How a 2025-11-25 POST that waits (a ``tools/call``, a ``tasks/result``) is answered
+    while its call runs in the POST's own task: as JSON if the response comes first; else,
+    from the first thing sent before it (progress, a request to the client) or once
+    :data:`WATCH_AFTER` has passed, as an SSE stream written by a task of the app's
+    (:meth:`go_sse`), so that the call can go on meanwhile (an elicitation's answer needs its
+    request written)."""
+
+    __slots__ = ("_app", "_exchange", "_session", "_start", "_stream", "_waiting", "writing")
+
+    def __init__(self, app: McpHttpApp, exchange: _Exchange, session: _Session, stream: _Stream, start: int):
+        self._app = app
+        self._exchange = exchange
+        self._session = session
+        self._stream = stream
+        self._start = start
+        self.writing: trio.Event | None = None
+        """Set once the SSE writer is done (None: no writer started)."""
+        self._waiting: trio.Event | None = None
+
+    def undecided(self) -> bool:
+        """Nothing has come yet: neither the response nor anything before it."""
+        stream = self._stream
+        return (
+            stream.answer is None and not stream.events and not stream.finished and not self._session.closed
+        )
+
+    async def decided(self) -> None:
+        """Wait until :meth:`undecided` is over (the POST's task: its call ran elsewhere)."""
+        self._waiting = waiting = trio.Event()
+        await waiting.wait()
+
+    def changed(self) -> None:
+        """The stream changed: its response, which is answered as JSON, or what goes before it."""
+        if self._stream.answer is None:
+            self.go_sse()
+        elif self._waiting is not None:
+            self._waiting.set()
+
+    def go_sse(self) -> None:
+        """Start the SSE writer, unless the response came first (or it has begun)."""
+        stream = self._stream
+        if self.writing is not None or stream.answer is not None:
+            return
+        stream.on_wake = None
+        self._app._watches.forget(self._exchange)
+        nursery = self._app._nursery
+        if nursery is None:  # the app is stopping: the POST's task writes, once the call is over
+            if self._waiting is not None:
+                self._waiting.set()
+            return
+        stream.undecided = False
+        if stream.consumer is not None:
+            stream.consumer.cancel()
+        stream.consumer = scope = trio.CancelScope()
+        self.writing = writing = trio.Event()
+        nursery.start_soon(self._write, scope, writing)
+        if self._waiting is not None:
+            self._waiting.set()
+
+    def stop(self) -> None:
+        """The POST is over: a writer still running (the POST was cancelled) stops."""
+        if self.writing is not None and not self.writing.is_set():
+            consumer = self._stream.consumer
+            if consumer is not None:
+                consumer.cancel()
+
+    async def _write(self, scope: trio.CancelScope, writing: trio.Event) -> None:
+        try:
+            await self._app._serve_stream(self._exchange, self._session, self._stream, self._start, scope)
+        except Exception as exc:  # the app's nursery is not this request's to fail
+            log.error("writing a POST's SSE stream failed: %r", exc, exc_info=exc)
+        finally:
+            writing.set()
 
 
 # -- the application ------------------------------------------------------------------------
@@ -1776,39 +1857,58 @@ class McpHttpApp:
     async def _post_stream(self, exchange: _Exchange, session: _Session, request: jsonrpc.Request) -> None:
         """A ``tools/call`` or ``tasks/result``: plain JSON if its response is the first thing
         it produces within :data:`WATCH_AFTER` seconds, else an SSE stream (primed, resumable)
-        of what it sends and then the response."""
+        of what it sends and then the response.
+
+        A plain call is served in this task (the session runs it here: :meth:`_Session.feed`
+        returns once it is answered); what it sends before its answer, or its taking longer
+        than :data:`WATCH_AFTER`, starts the SSE stream's writer in a task of the app's
+        (:class:`_PostAnswer`), which this task then waits for."""
         meta = (request.params or {}).get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         stream = session.open_post_stream(request.id, token)
         stream.undecided = True
         start = session.seq
-        if not await session.feed(request, exchange.caller(session.identity)):
-            stream.undecided = False
+        post = _PostAnswer(self, exchange, session, stream, start)
+        stream.on_wake = post.changed
+        self._watches.remind(exchange, post.go_sse)  # past the grace: SSE, and watched
+        try:
+            fed = await session.feed(request, exchange.caller(session.identity))
+            if fed and post.writing is None and post.undecided():
+                await post.decided()  # a call answered from elsewhere (tasks/result, middleware)
+            if post.writing is not None:
+                await post.writing.wait()  # the writer ends the response
+                return
+        finally:
+            stream.on_wake = None
+            self._watches.forget(exchange)
+            post.stop()
+        stream.undecided = False
+        if not fed:
             await exchange.error(404, "Session not found")
             return
-        if stream.answer is None and not stream.events and not stream.finished and not session.closed:
-            self._watches.remind(exchange, stream.wake)  # past the grace: woken to go SSE
-            try:
-                await stream.changed.wait()
-            finally:
-                self._watches.forget(exchange)
-        stream.undecided = False
         answer, stream.answer = stream.answer, None
         if answer is not None:
             session.forget_if_done(stream)
             await exchange.respond(200, answer, content_type=JSON)
             return
-        await self._serve_stream(exchange, session, stream, start)
+        await self._serve_stream(exchange, session, stream, start)  # over with no answer
 
     async def _serve_stream(
-        self, exchange: _Exchange, session: _Session, stream: _Stream, after: int
+        self,
+        exchange: _Exchange,
+        session: _Session,
+        stream: _Stream,
+        after: int,
+        scope: trio.CancelScope | None = None,
     ) -> None:
         """Write ``stream``'s events after ``after`` as SSE until it is finished (a POST
-        stream) or the session ends or the client goes."""
-        if stream.consumer is not None:
-            stream.consumer.cancel()  # a resumption takes over from a connection we think alive
-        scope = trio.CancelScope()
-        stream.consumer = scope
+        stream) or the session ends or the client goes. ``scope``: the stream's consumer
+        already (see :meth:`_PostAnswer.go_sse`), else a new one takes over."""
+        if scope is None:
+            if stream.consumer is not None:
+                stream.consumer.cancel()  # a resumption takes over from a connection we think alive
+            scope = trio.CancelScope()
+            stream.consumer = scope
         try:
             with scope:
                 if not await exchange.start_sse():

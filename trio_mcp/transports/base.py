@@ -90,6 +90,12 @@ class DirectTransport(Transport, Protocol):
     is routed into the session's streams at once (``send_nowait``), so a request answered at
     once costs no task switch. ``attach`` is called once, by the endpoint that serves the
     transport, when it is made; ``receive`` then only reports the end of input.
+
+    A request that waits on work and may be stopped only by its client (a plain
+    ``tools/call``) is served in the deliverer's task too: ``deliver`` returns once it is
+    answered, and what it sends meanwhile (progress, a request to the client) comes through
+    ``send_nowait`` as ever; the deliverer must keep that moving from another task (an HTTP
+    POST starts its SSE stream's writer).
     """
 
     def attach(self, receiver: Receiver) -> None: ...
