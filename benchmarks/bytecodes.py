@@ -21,8 +21,7 @@ made first), ``result`` (of finished ``echo`` tasks). ``--n``: requests counted 
 
 ``--http``: the same over Streamable HTTP (``server.py --http`` against the h11 floor,
 ``http_floor.py``; 16 keep-alive connections), with ``benchmarks.http_peers``' operations
-(``call``, ``create``, ``result``, ``get``, ``cancel``, ``m_call``, ``m_get``; a ``cancel``
-counts the creation of the task it cancels). Slowed down twentyfold, a request there is
+(``call``, ``create``, ``result``, ``get``, ``cancel``, ``m_call``, ``m_get``). Slowed down twentyfold, a request there is
 watched for its client's disconnect (after 50 ms) far more often than at full speed: read
 Trio's share with care, the runtime's own functions are exact.
 """
@@ -201,8 +200,9 @@ def count_http(subject: str, op: str, n: int) -> dict[str, tuple[float, float]]:
                 peer.timed("create", WARMUP)  # finished tasks whose results are asked for
             for _ in range(2):
                 peer.timed(op, WARMUP)
-            # (timed() adds one request per connection)
-            counts = _counted(child.pid, out, lambda: peer.timed(op, n - sizes.connections), time.sleep)
+            peer.prepare(op, n)  # the tasks to cancel, made before counting
+            requests = peer.requests(op, n)
+            counts = _counted(child.pid, out, lambda: peer.run(requests, sizes.connections), time.sleep)
         finally:
             peer.close()
     return {where: (b / n, c / n) for where, (b, c) in counts.items()}
