@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections import defaultdict
@@ -1176,6 +1177,97 @@ async def test_asgi_app_under_hypercorn_with_lifespan(probe: Probe, http: httpx.
             endpoint = binds[0] + "/api/mcp"
             async with connect_http(endpoint, protocol=MODERN) as client:
                 assert (await client.call_tool("echo", {"text": "mounted"})).text == "mounted"
+            nursery.cancel_scope.cancel()
+
+
+async def test_hypercorn_stops_with_a_plain_call_in_progress(probe: Probe) -> None:
+    """Mounted under hypercorn, a 2025-11-25 plain call runs in its POST's task: hypercorn's
+    shutdown cancels that task (after its graceful timeout, before the app's lifespan ends),
+    and the call with it; the server stops."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.errorlog = logging.getLogger("test.hypercorn")
+    config.graceful_timeout = 0.2
+    stop = trio.Event()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(
+                partial(serve, mcp_asgi_app(make_server(probe)), config, shutdown_trigger=stop.wait)
+            )
+            endpoint = binds[0] + "/mcp"
+            async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as http:
+                session = await initialize(http, endpoint)
+                params = {"name": "gate", "arguments": {"tag": "held"}}
+
+                async def call() -> None:
+                    with contextlib.suppress(httpx.HTTPError):
+                        await http.post(
+                            endpoint, content=rpc(2, "tools/call", params), headers=session_headers(session)
+                        )
+
+                nursery.start_soon(call)
+                await probe.started["held"].wait()
+                stop.set()
+                await probe.cancelled["held"].wait()
+        assert not probe.release["held"].is_set()
+
+
+async def test_a_plain_call_outlives_a_client_that_stops_reading(probe: Probe) -> None:
+    """On our own server, a client that stops reading its call's SSE stream is let go (its
+    connection closed) once a write has waited ``write_timeout``; the call, which runs in that
+    connection's task, goes on (a dropped connection is not a cancellation) and finishes when
+    its work does."""
+    from trio_mcp.server import McpHttpApp
+    from trio_mcp.transports.h11_server import H11Server
+
+    server = make_server(probe)
+
+    @server.tool()
+    async def flood(ctx: Context) -> str:
+        """Send megabytes of progress, then wait until released."""
+        for i in range(200):
+            await ctx.report_progress(i, 200, "x" * 65536)
+        probe.started["flooded"].set()
+        try:
+            await probe.release["flood"].wait()
+        except trio.Cancelled:
+            probe.cancelled["flood"].set()
+            raise
+        probe.started["flood done"].set()
+        return "done"
+
+    app = McpHttpApp(server)
+    http_server = H11Server(app, write_timeout=0.3)
+    with trio.fail_after(20):
+        async with app.running(), trio.open_nursery() as nursery:
+            listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+            await nursery.start(http_server.serve, listeners)
+            port = listeners[0].socket.getsockname()[1]
+            url = f"http://127.0.0.1:{port}/mcp"
+            async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as http:
+                session = await initialize(http, url)
+            body = rpc(2, "tools/call", {"name": "flood", "arguments": {}, "_meta": {"progressToken": 1}})
+            headers = {
+                **session_headers(session),
+                "host": f"127.0.0.1:{port}",
+                "content-length": str(len(body)),
+            }
+            head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+            stalled = await trio.open_tcp_stream("127.0.0.1", port)
+            await stalled.send_all(f"POST /mcp HTTP/1.1\r\n{head}\r\n".encode() + body)  # and never reads
+            await probe.started["flooded"].wait()
+            # (the server's side gives up on its own: wait for that before reading a byte)
+            while not all(connection.gone for connection in http_server.connections):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+            while await stalled.receive_some(1 << 20):  # what was sent before, then the end
+                pass
+            assert not probe.cancelled["flood"].is_set()
+            probe.release["flood"].set()
+            await probe.started["flood done"].wait()
+            await stalled.aclose()
             nursery.cancel_scope.cancel()
 
 

@@ -334,6 +334,8 @@ class ToolRun(StagedWork):
             except Exception as exc:
                 running = self.entry.failed(exc)
             else:
+                if type(value) is str:  # the commonest result: one text block, built as a task's is
+                    return self.scope.complete({"content": [{"type": "text", "text": value}]})
                 running = self.entry.finish(value)
         data: dict[str, Any] = unstructure(running)
         return self.scope.complete(data)

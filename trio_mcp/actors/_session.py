@@ -154,6 +154,7 @@ class SessionActor(Endpoint):
         self.client_tasks = TaskRequestor(self)
         """Follow the tasks this session's client runs for the server (see Context.elicit_task)."""
         self._nursery: trio.Nursery | None = None
+        self._shield_calls = bool(getattr(transport, "shields_calls", False))  # see DirectTransport
         session_id = getattr(transport, "id", None)  # read once: a transport's id never changes
         self._mcp_session_id: str | None = session_id if isinstance(session_id, str) else None
         if self._mcp_session_id is not None:
@@ -444,15 +445,14 @@ class SessionActor(Endpoint):
     async def _answer_in_caller(self, request: InboundRequest, call: Call) -> None:
         """Answer an admitted call in the calling Trio task (a direct transport's deliverer: an
         HTTP POST's, which keeps what the call sends meanwhile moving from a task of its
-        own). The call's scope is shielded: as in a task of its own, only what stops a
-        call here stops it (``notifications/cancelled``, the session's end, shutdown), not
-        whatever ends the deliverer's HTTP connection."""
+        own). ``notifications/cancelled``, the session's end and shutdown cancel it, and so
+        does cancelling the deliverer, unless the transport ``shields_calls``."""
         if self.closed:  # the session ended as it was delivered: nothing runs, nobody hears
             request.after_written = None
             request.dropped()
             self._release()
             return
-        scope = trio.CancelScope(shield=True)
+        scope = trio.CancelScope(shield=self._shield_calls)
         self._in_flight[request.id] = scope
         token = current_request.set(request)
         try:

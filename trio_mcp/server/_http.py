@@ -770,6 +770,9 @@ class _Session:
         self.ended = trio.Event()
         self.last_seen = trio.current_time()
         self.active = 0
+        self.shields_calls = False
+        """The session's plain calls, served in their POSTs' tasks, are not cancelled with
+        those tasks (see :class:`~trio_mcp.transports.base.DirectTransport`)."""
 
     @property
     def get_stream(self) -> _Stream:
@@ -1735,7 +1738,7 @@ class McpHttpApp:
             and not exchange.headers.get(HEADER_SESSION_ID)
         )
         if creating:
-            session = self._new_session(identity, exchange.peer)
+            session = self._new_session(identity, exchange.peer, native=isinstance(exchange, _NativeExchange))
             if session is None:
                 await exchange.error(
                     503,
@@ -1769,7 +1772,9 @@ class McpHttpApp:
         finally:
             session.done()
 
-    def _new_session(self, identity: str | None, peer: str | None) -> _Session | None:
+    def _new_session(
+        self, identity: str | None, peer: str | None, *, native: bool = False
+    ) -> _Session | None:
         """A 2025-11-25 session. Without an identity it owns its tasks, and they count under
         the peer's address for the per-client limits (every session is an owner of its own).
 
@@ -1800,6 +1805,11 @@ class McpHttpApp:
             budget=self.replay,
             relieve=self._relieve_replay,
         )
+        # Served by our own server, a connection's end (a client that stops reading) cancels
+        # its POST's task: the session's calls, which run there, are shielded from it. (An ASGI
+        # server does not cancel a request for its client's disconnect, and cancels what is
+        # left at its shutdown, before the app's: shielded, a call would hold that up.)
+        session.shields_calls = native
         self.sessions[session.id] = session
         self._per_client[client] = self._per_client.get(client, 0) + 1
         owner = identity_owner(identity) if identity is not None else None

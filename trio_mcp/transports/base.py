@@ -95,7 +95,10 @@ class DirectTransport(Transport, Protocol):
     ``tools/call``) is served in the deliverer's task too: ``deliver`` returns once it is
     answered, and what it sends meanwhile (progress, a request to the client) comes through
     ``send_nowait`` as ever; the deliverer must keep that moving from another task (an HTTP
-    POST starts its SSE stream's writer).
+    POST starts its SSE stream's writer). Such a call is cancelled with the deliverer's task,
+    unless the transport has a true ``shields_calls`` attribute: then only the session stops it
+    (``notifications/cancelled``, its end, shutdown), for a deliverer whose task may be
+    cancelled by what must not stop the call (its connection's end).
     """
 
     def attach(self, receiver: Receiver) -> None: ...
