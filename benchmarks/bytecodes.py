@@ -21,9 +21,9 @@ made first), ``result`` (of finished ``echo`` tasks). ``--n``: requests counted 
 
 ``--http``: the same over Streamable HTTP (``server.py --http`` against the h11 floor,
 ``http_floor.py``; 16 keep-alive connections), with ``benchmarks.http_peers``' operations
-(``call``, ``create``, ``result``, ``get``, ``cancel``, ``m_call``, ``m_get``). Slowed down twentyfold, a request there is
-watched for its client's disconnect (after 50 ms) far more often than at full speed: read
-Trio's share with care, the runtime's own functions are exact.
+(``call``, ``create``, ``result``, ``get``, ``cancel``, ``m_call``, ``m_get``). Slowed down
+twentyfold, a request there is watched for its client's disconnect (after 50 ms) far more
+often than at full speed: read Trio's share with care, the runtime's own functions are exact.
 """
 
 from __future__ import annotations
