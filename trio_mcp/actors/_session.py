@@ -454,6 +454,8 @@ class SessionActor(Endpoint):
             return
         scope = trio.CancelScope(shield=self._shield_calls)
         self._in_flight[request.id] = scope
+        assert self._direct is not None
+        self._direct.call_started(request.id)
         token = current_request.set(request)
         try:
             await self._answer_in_scope(request, call, scope)

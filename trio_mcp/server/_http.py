@@ -676,6 +676,8 @@ class _Stream:
         self.on_wake: Callable[[], None] | None = None
         """Called at each change (after :attr:`changed` is set), while a POST serving its
         call in its own task watches the stream (see :class:`_PostAnswer`)."""
+        self.on_call: Callable[[], None] | None = None
+        """Called when the session starts the POST's call in the POST's own task."""
 
     @property
     def changed(self) -> trio.Event:
@@ -846,6 +848,13 @@ class _Session:
         finally:
             current_caller.reset(token)
         return True
+
+    def call_started(self, request_id: jsonrpc.RequestId) -> None:
+        """The session runs the call of ``request_id`` in its POST's task, from now on (see
+        :class:`~trio_mcp.transports.base.DirectTransport`)."""
+        holder = self._by_request.get(request_id)
+        if isinstance(holder, _Stream) and holder.on_call is not None:
+            holder.on_call()
 
     # -- routing ------------------------------------------------------------------------------
     def open_post_stream(self, request_id: jsonrpc.RequestId, token: Any) -> _Stream:
@@ -1080,7 +1089,7 @@ class _PostAnswer:
     (:meth:`go_sse`), so that the call can go on meanwhile (an elicitation's answer needs its
     request written)."""
 
-    __slots__ = ("_app", "_exchange", "_session", "_start", "_stream", "_waiting", "writing")
+    __slots__ = ("_app", "_armed", "_exchange", "_session", "_start", "_stream", "_waiting", "writing")
 
     def __init__(self, app: McpHttpApp, exchange: _Exchange, session: _Session, stream: _Stream, start: int):
         self._app = app
@@ -1091,6 +1100,16 @@ class _PostAnswer:
         self.writing: trio.Event | None = None
         """Set once the SSE writer is done (None: no writer started)."""
         self._waiting: trio.Event | None = None
+        self._armed = False
+
+    def arm(self) -> None:
+        """Go SSE once :data:`WATCH_AFTER` has passed (unless decided before): called when the
+        call starts in the POST's task, or when the POST waits for an answer from elsewhere.
+        (An answer ready at once needs no alarm: one moves a Trio deadline, twice, when no
+        other is pending.)"""
+        if not self._armed:
+            self._armed = True
+            self._app._watches.remind(self._exchange, self.go_sse)
 
     def undecided(self) -> bool:
         """Nothing has come yet: neither the response nor anything before it."""
@@ -1880,16 +1899,17 @@ class McpHttpApp:
         start = session.seq
         post = _PostAnswer(self, exchange, session, stream, start)
         stream.on_wake = post.changed
-        self._watches.remind(exchange, post.go_sse)  # past the grace: SSE, and watched
+        stream.on_call = post.arm  # a call run here: its grace counts from its start
         try:
             fed = await session.feed(request, exchange.caller(session.identity))
             if fed and post.writing is None and post.undecided():
-                await post.decided()  # a call answered from elsewhere (tasks/result, middleware)
+                post.arm()  # not answered at once (a tasks/result that waits, a call elsewhere)
+                await post.decided()
             if post.writing is not None:
                 await post.writing.wait()  # the writer ends the response
                 return
         finally:
-            stream.on_wake = None
+            stream.on_wake = stream.on_call = None
             self._watches.forget(exchange)
             post.stop()
         stream.undecided = False

@@ -103,6 +103,11 @@ class DirectTransport(Transport, Protocol):
 
     def attach(self, receiver: Receiver) -> None: ...
 
+    def call_started(self, request_id: RequestId) -> None:
+        """The call of ``request_id`` starts in the deliverer's task now (see above): what
+        must go on meanwhile (a timer that turns its answer into a stream) starts here."""
+        ...
+
     def send_nowait(self, message: bytes, answer_to: RequestId | None = None) -> None:
         """Take one encoded message — the answer to request ``answer_to``, when the sender
         knows it is one (so that it need not be parsed again to be routed);
