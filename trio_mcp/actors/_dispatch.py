@@ -84,8 +84,10 @@ __all__ = [
     "Host",
     "Listener",
     "Service",
+    "answer_from",
     "answer_of",
     "asked",
+    "asked_now",
     "request_info",
     "result_of",
     "served",
@@ -128,21 +130,32 @@ async def answer_of(
     value), or the JSON-RPC error it raised: the answer, and its error code (None for a
     result). Anything but McpError is a bug in a handler: logged, answered -32603, never
     raised (cancellation goes on up)."""
-    error: ErrorValue | None = None
     try:
         result = await call()
-    except McpError as exc:
-        error = exc.value
-    except MailboxFull:
-        error = OVERLOADED
     except Exception as exc:
-        log.error("handler for %s failed: %r", request.message.method, exc, exc_info=exc)
-        error = ErrorValue(INTERNAL_ERROR, f"Internal error: {exc}")
+        return answer_from(request, None, exc)
+    return answer_from(request, result, None)
+
+
+def answer_from(
+    request: InboundRequest, result: Rendered | None, raised: Exception | None
+) -> tuple[bytes, int | None]:
+    """:func:`answer_of` of a result known already (or of the exception raised instead)."""
+    error: ErrorValue | None = None
+    if raised is not None:
+        if isinstance(raised, McpError):
+            error = raised.value
+        elif isinstance(raised, MailboxFull):
+            error = OVERLOADED
+        else:
+            log.error("handler for %s failed: %r", request.message.method, raised, exc_info=raised)
+            error = ErrorValue(INTERNAL_ERROR, f"Internal error: {raised}")
     request_id = request.id
     if error is None:
         if isinstance(result, ErrorValue):
             error = result
         else:
+            assert result is not None  # (None only with ``raised``)
             try:
                 return encode_answer(request_id, result), None
             except (ValueError, TypeError) as exc:  # e.g. NaN, or an object JSON cannot hold
@@ -157,6 +170,17 @@ async def asked(started: Started | Rendered) -> Rendered:
     if not isinstance(started, Started):
         return started
     value = await started.reply.wait()
+    return _rendered(started, value)
+
+
+def asked_now(started: Started | Rendered) -> Rendered:
+    """:func:`asked` of a query whose reply is answered already (or that asked nothing)."""
+    if not isinstance(started, Started):
+        return started
+    return _rendered(started, started.reply.unwrap())
+
+
+def _rendered(started: Started, value: Any) -> Rendered:
     rendered = started.render(value)
     if started.after is not None and not isinstance(rendered, ErrorValue):
         started.after(value)

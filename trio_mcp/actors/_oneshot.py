@@ -39,8 +39,10 @@ from ._dispatch import (
     Handler,
     Listener,
     Service,
+    answer_from,
     answer_of,
     asked,
+    asked_now,
     refused,
     request_info,
     served,
@@ -48,7 +50,7 @@ from ._dispatch import (
     with_hooks,
 )
 from ._middleware import Middlewares
-from ._receiver import TaskReceiver
+from ._receiver import Started, TaskReceiver
 from ._request import InboundRequest, current_request
 from ._requestor import TaskRequestor
 from .supervisor import Remove, TaskSupervisor
@@ -203,19 +205,31 @@ class Stateless:
         data: bytes | None = None
         error: int | None = None
         try:
-            with exchange.scope:
-                if middleware is not None:
-                    info = request_info(request, command, "modern", scope.version, owner, client, None)
-                    hooked = with_hooks(handler, command, middleware, info)
-                    inner = functools.partial(served, hooked, exchange, command, scope, request)
-                    data, error = await answer_of(request, lambda: middleware.serve(info, inner))
-                elif serving is Serving.QUERY or serving is Serving.CREATE or serving is Serving.NOW:
-                    # Asked (or known at once), and answered from the reply: awaited here.
-                    data, error = await answer_of(
-                        request, lambda: asked(handler(exchange, command, scope, request))
-                    )
-                else:
-                    data, error = await answer_of(request, lambda: handler(exchange, command, scope, request))
+            started: Any = None
+            if middleware is None and (
+                serving is Serving.QUERY or serving is Serving.CREATE or serving is Serving.NOW
+            ):
+                # Asked (or known at once), and answered from the reply: at once if it is there
+                # (as a rule, with the memory store), with no cancel scope, since nothing waits.
+                try:
+                    started = handler(exchange, command, scope, request)
+                    if not isinstance(started, Started) or started.reply.answered:
+                        data, error = answer_from(request, asked_now(started), None)
+                except Exception as exc:
+                    data, error = answer_from(request, None, exc)
+            if data is None:
+                with exchange.scope:
+                    if started is not None:  # its reply is on its way: awaited here
+                        data, error = await answer_of(request, lambda: asked(started))
+                    elif middleware is not None:
+                        info = request_info(request, command, "modern", scope.version, owner, client, None)
+                        hooked = with_hooks(handler, command, middleware, info)
+                        inner = functools.partial(served, hooked, exchange, command, scope, request)
+                        data, error = await answer_of(request, lambda: middleware.serve(info, inner))
+                    else:
+                        data, error = await answer_of(
+                            request, lambda: handler(exchange, command, scope, request)
+                        )
             if exchange.shut_down:
                 data, error = _encoded(message.id, SHUTTING_DOWN), SHUTTING_DOWN.code
             elif data is None:  # the owner of cancel_scope abandoned it
