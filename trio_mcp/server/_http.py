@@ -1602,13 +1602,8 @@ class McpHttpApp:
         if not isinstance(body_version, str):
             return ErrorValue(INVALID_PARAMS, f"Invalid params: missing _meta['{PROTOCOL_VERSION_KEY}']")
 
-        def one(name: str) -> str | Literal[False] | None:
-            values = exchange.headers.get(name, [])
-            if len(values) > 1:
-                return False
-            return values[0].strip() if values else None
-
-        version = one(HEADER_PROTOCOL_VERSION)
+        headers = exchange.headers
+        version = _one_header(headers, HEADER_PROTOCOL_VERSION)
         if version is None:
             return ErrorValue(HEADER_MISMATCH, "Header mismatch: missing MCP-Protocol-Version header")
         if version != body_version:
@@ -1616,7 +1611,7 @@ class McpHttpApp:
                 HEADER_MISMATCH,
                 f"Header mismatch: MCP-Protocol-Version {version!r} but _meta says {body_version!r}",
             )
-        method = one(HEADER_METHOD)
+        method = _one_header(headers, HEADER_METHOD)
         if method is None:
             return ErrorValue(HEADER_MISMATCH, "Header mismatch: missing Mcp-Method header")
         if method != request.method:
@@ -1625,7 +1620,7 @@ class McpHttpApp:
             )
         name = expected_name(request.method, params)
         if name is not None:
-            header = one(HEADER_NAME)
+            header = _one_header(headers, HEADER_NAME)
             if header is None:
                 return ErrorValue(HEADER_MISMATCH, "Header mismatch: missing Mcp-Name header")
             decoded = decode_header_value(header) if header is not False else None
@@ -1636,7 +1631,7 @@ class McpHttpApp:
                     HEADER_MISMATCH, f"Header mismatch: Mcp-Name {decoded!r} but the body names {name!r}"
                 )
         if request.method == "tools/call" and self.runtime is not None:
-            return self._param_header_error(exchange, params, one)
+            return self._param_header_error(exchange, params, functools.partial(_one_header, headers))
         return None
 
     def _param_header_error(
@@ -2037,6 +2032,16 @@ class McpHttpApp:
         with trio.move_on_after(5):
             await session.ended.wait()
         await exchange.respond(200)
+
+
+def _one_header(headers: dict[str, list[str]], name: str) -> str | Literal[False] | None:
+    """The one value of header ``name``, stripped; None if absent, False if repeated."""
+    values = headers.get(name)
+    if values is None:
+        return None
+    if len(values) == 1:
+        return values[0].strip()
+    return False if values else None
 
 
 def _id_of(body: bytes) -> jsonrpc.RequestId | None:
