@@ -19,7 +19,7 @@ import trio
 from ..protocol.converter import unstructure
 from ..protocol.errors import INVALID_PARAMS, INVALID_REQUEST, ErrorValue, McpError
 from ..protocol.messages import CallToolResult, CreateTaskResult, TaskSupport, Tool
-from ..protocol.records import TaskOutcome, text_outcome
+from ..protocol.records import TaskOutcome, text_outcome, text_result
 from ..transports.security import Caller, current_caller
 from ._middleware import Middlewares, RequestInfo
 from ._receiver import Renderer
@@ -335,7 +335,7 @@ class ToolRun(StagedWork):
                 running = self.entry.failed(exc)
             else:
                 if type(value) is str:  # the commonest result: one text block, built as a task's is
-                    return self.scope.complete({"content": [{"type": "text", "text": value}]})
+                    return self.scope.complete(text_result(value))
                 running = self.entry.finish(value)
         data: dict[str, Any] = unstructure(running)
         return self.scope.complete(data)

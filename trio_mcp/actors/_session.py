@@ -154,7 +154,7 @@ class SessionActor(Endpoint):
         self.client_tasks = TaskRequestor(self)
         """Follow the tasks this session's client runs for the server (see Context.elicit_task)."""
         self._nursery: trio.Nursery | None = None
-        self._shield_calls = bool(getattr(transport, "shields_calls", False))  # see DirectTransport
+        self._shield_calls = self._direct is not None and self._direct.shields_calls
         session_id = getattr(transport, "id", None)  # read once: a transport's id never changes
         self._mcp_session_id: str | None = session_id if isinstance(session_id, str) else None
         if self._mcp_session_id is not None:
@@ -425,6 +425,12 @@ class SessionActor(Endpoint):
     def _release(self) -> None:
         self._outstanding -= 1
 
+    def _unanswered(self, request: InboundRequest) -> None:
+        """An admitted request no answer will be written for: dropped, its slot freed."""
+        request.after_written = None
+        request.dropped()
+        self._release()
+
     def quiet(self) -> bool:
         return self._queries == 0
 
@@ -448,9 +454,7 @@ class SessionActor(Endpoint):
         own). ``notifications/cancelled``, the session's end and shutdown cancel it, and so
         does cancelling the deliverer, unless the transport ``shields_calls``."""
         if self.closed:  # the session ended as it was delivered: nothing runs, nobody hears
-            request.after_written = None
-            request.dropped()
-            self._release()
+            self._unanswered(request)
             return
         scope = trio.CancelScope(shield=self._shield_calls)
         self._in_flight[request.id] = scope
@@ -472,9 +476,7 @@ class SessionActor(Endpoint):
         finally:
             self._in_flight.pop(request.id, None)
             if not queued:  # no answer will be written (cancelled, or none due)
-                request.after_written = None
-                request.dropped()
-                self._release()
+                self._unanswered(request)
             hidden = request.hidden
             if hidden is not None:
                 # The call is over. Its task stays only if the answer showing it was queued —

@@ -218,7 +218,17 @@ def text_outcome(text: str) -> TaskOutcome:
     >>> text_outcome("done") == TaskOutcome(result={"content": [{"type": "text", "text": "done"}]})
     True
     """
-    return _outcome({"content": [{"type": "text", "text": text}]}, None, False, None)
+    return _outcome(text_result(text), None, False, None)
+
+
+def text_result(text: str) -> dict[str, Any]:
+    """The ``CallToolResult`` of a tool that returned ``text``, as JSON: one text block (what
+    the entry's result unstructures to), written directly (a plain call's, a task's outcome's).
+
+    >>> text_result("done")
+    {'content': [{'type': 'text', 'text': 'done'}]}
+    """
+    return {"content": [{"type": "text", "text": text}]}
 
 
 _WORKING = TaskStatus.WORKING

@@ -688,6 +688,14 @@ class _Stream:
             changed = self._changed = trio.Event()
         return changed
 
+    def take_over(self) -> trio.CancelScope:
+        """A new consumer (an HTTP response writing the stream): one still at it stops (a
+        resumption takes over from a connection we think alive)."""
+        if self.consumer is not None:
+            self.consumer.cancel()
+        self.consumer = scope = trio.CancelScope()
+        return scope
+
     def wake(self) -> None:
         changed, self._changed = self._changed, None
         if changed is not None:
@@ -742,6 +750,7 @@ class _Session:
         buffer_bytes: int = DEFAULT_EVENT_BUFFER_BYTES,
         budget: _ReplayBudget | None = None,
         relieve: Callable[[], None] | None = None,
+        shields_calls: bool = False,
     ) -> None:
         self.id = session_id
         self.identity = identity
@@ -772,7 +781,7 @@ class _Session:
         self.ended = trio.Event()
         self.last_seen = trio.current_time()
         self.active = 0
-        self.shields_calls = False
+        self.shields_calls = shields_calls
         """The session's plain calls, served in their POSTs' tasks, are not cancelled with
         those tasks (see :class:`~trio_mcp.transports.base.DirectTransport`)."""
 
@@ -1143,9 +1152,7 @@ class _PostAnswer:
                 self._waiting.set()
             return
         stream.undecided = False
-        if stream.consumer is not None:
-            stream.consumer.cancel()
-        stream.consumer = scope = trio.CancelScope()
+        scope = stream.take_over()
         self.writing = writing = trio.Event()
         nursery.start_soon(self._write, scope, writing)
         if self._waiting is not None:
@@ -1818,12 +1825,13 @@ class McpHttpApp:
             buffer_bytes=self.event_buffer_bytes,
             budget=self.replay,
             relieve=self._relieve_replay,
+            # Served by our own server, a connection's end (a client that stops reading)
+            # cancels its POST's task: the session's calls, which run there, are shielded from
+            # it. (An ASGI server does not cancel a request for its client's disconnect, and
+            # cancels what is left at its shutdown, before the app's: shielded, a call would
+            # hold that up.)
+            shields_calls=native,
         )
-        # Served by our own server, a connection's end (a client that stops reading) cancels
-        # its POST's task: the session's calls, which run there, are shielded from it. (An ASGI
-        # server does not cancel a request for its client's disconnect, and cancels what is
-        # left at its shutdown, before the app's: shielded, a call would hold that up.)
-        session.shields_calls = native
         self.sessions[session.id] = session
         self._per_client[client] = self._per_client.get(client, 0) + 1
         owner = identity_owner(identity) if identity is not None else None
@@ -1930,10 +1938,7 @@ class McpHttpApp:
         stream) or the session ends or the client goes. ``scope``: the stream's consumer
         already (see :meth:`_PostAnswer.go_sse`), else a new one takes over."""
         if scope is None:
-            if stream.consumer is not None:
-                stream.consumer.cancel()  # a resumption takes over from a connection we think alive
-            scope = trio.CancelScope()
-            stream.consumer = scope
+            scope = stream.take_over()
         try:
             with scope:
                 if not await exchange.start_sse():

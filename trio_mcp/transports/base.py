@@ -96,10 +96,13 @@ class DirectTransport(Transport, Protocol):
     answered, and what it sends meanwhile (progress, a request to the client) comes through
     ``send_nowait`` as ever; the deliverer must keep that moving from another task (an HTTP
     POST starts its SSE stream's writer). Such a call is cancelled with the deliverer's task,
-    unless the transport has a true ``shields_calls`` attribute: then only the session stops it
-    (``notifications/cancelled``, its end, shutdown), for a deliverer whose task may be
-    cancelled by what must not stop the call (its connection's end).
+    unless the transport :attr:`shields_calls`.
     """
+
+    shields_calls: bool
+    """True: only the session stops a call served in the deliverer's task
+    (``notifications/cancelled``, its end, shutdown), for a deliverer whose task may be
+    cancelled by what must not stop the call (its connection's end)."""
 
     def attach(self, receiver: Receiver) -> None: ...
 
