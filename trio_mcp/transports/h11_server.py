@@ -804,11 +804,14 @@ class _Connection:
         conn = self.h11
         # the head's size (h11 checks only heads that arrive in several reads), and its headers
         # decoded once, for the application
-        size = len(event.target) + 16
+        items = getattr(event.headers, "_full_items", None)
+        if items is None:  # (iterating Headers itself is slow: h11 keeps the triples there)
+            items = [(name, name.lower(), value) for name, value in event.headers.raw_items()]
+        size = len(event.target) + 16 + 4 * len(items)
         headers: dict[str, list[str]] = {}
-        for name, value in event.headers.raw_items():  # (iterating Headers itself is slow)
-            size += len(name) + len(value) + 4
-            key = name.lower().decode("latin-1")
+        for _, name, value in items:  # (raw name, lower-case name, value)
+            size += len(name) + len(value)
+            key = name.decode("latin-1")
             found = headers.get(key)
             if found is None:
                 headers[key] = [value.decode("latin-1")]
