@@ -292,20 +292,28 @@ def test_the_in_process_harness_measures_both_subjects() -> None:
             assert op["cpu_us"] > 0 and op["gc_us"] >= 0
 
 
-def test_instruction_counts_come_from_the_real_server_process() -> None:
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (("--subject", "bare-trio"), r"bare-trio: instructions ([\d,]+) per create\n"),
+        (("--http", "--op", "get", "--subject", "floor"), r"floor: instructions ([\d,]+) per get\n"),
+    ],
+)
+def test_instruction_counts_come_from_the_real_server_process(args: tuple[str, ...], line: str) -> None:
     if shutil.which("valgrind") is None:
         pytest.skip("valgrind is not installed")
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.instructions", "--subject", "bare-trio", "--sizes", "20", "60"],
+        [sys.executable, "-m", "benchmarks.instructions", *args, "--sizes", "20", "60"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
-    match = re.fullmatch(r"bare-trio: instructions ([\d,]+) per create\n", proc.stdout)
+    match = re.fullmatch(line, proc.stdout)
     assert match is not None, proc.stdout
-    # A create costs the floor some 250k instructions; start-up (tens of millions) cancels out.
+    # A create costs bare Trio some 250k instructions, an HTTP request the h11 floor some 600k;
+    # start-up (tens of millions) cancels out.
     assert 50_000 < int(match.group(1).replace(",", "")) < 2_000_000
 
 
