@@ -16,6 +16,9 @@ trio-mcp's paths, where the C side is small, the two move together (a ``tasks/cr
 CPU per request about 0.014 µs per bytecode plus 22 µs). Tracing makes the server some 20
 times slower: what depends on time (timers, batching) may differ from a normal run.
 
+``--lines``: by line (``file:first line:function@line``) rather than by function, to see
+which statements of a function cost what.
+
 ``--op``: ``create`` (task-augmented ``echo`` calls), ``get``, ``cancel`` (of ``sleep`` tasks
 made first), ``result`` (of finished ``echo`` tasks). ``--n``: requests counted (window 64).
 
@@ -77,10 +80,11 @@ def _serve_traced(argv: Sequence[str]) -> None:
 
     bytecodes: collections.Counter[Any] = collections.Counter()
     calls: collections.Counter[Any] = collections.Counter()
+    by_line = bool(os.environ.get("BYTECODES_LINES"))
 
     def tracer(frame: Any, event: str, arg: Any) -> Any:
         if event == "opcode":
-            bytecodes[frame.f_code] += 1
+            bytecodes[(frame.f_code, frame.f_lineno) if by_line else frame.f_code] += 1
         elif event == "call":  # a call, or a coroutine resumed
             frame.f_trace_opcodes = True
             calls[frame.f_code] += 1
@@ -116,7 +120,10 @@ def _serve_traced(argv: Sequence[str]) -> None:
             sys.settrace(tracer)
             return
         sys.settrace(None)
-        out = {_where(code): [count, calls.get(code, 0)] for code, count in bytecodes.items()}
+        if by_line:  # "file:first line:function@line"; no calls
+            out = {f"{_where(key[0])}@{key[1]}": [count, 0] for key, count in bytecodes.items()}
+        else:
+            out = {_where(code): [count, calls.get(code, 0)] for code, count in bytecodes.items()}
         Path(os.environ["BYTECODES_OUT"]).write_text(json.dumps(out))
 
     signal.signal(signal.SIGUSR1, toggle)
@@ -244,7 +251,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--n", type=int, default=1000, help="requests counted")
     parser.add_argument("--top", type=int, default=30, help="functions (and modules) shown")
+    parser.add_argument("--lines", action="store_true", help="by line of each function, not by function")
     args = parser.parse_args(argv)
+    if args.lines:
+        os.environ["BYTECODES_LINES"] = "1"  # read by the traced server
     if args.http:
         figures = {s: count_http(s, args.op, args.n) for s in args.subject or HTTP_SUBJECTS}
     else:

@@ -330,6 +330,11 @@ def test_instruction_counts_come_from_the_real_server_process(args: tuple[str, .
             "floor: {} per m_call",
             r"h11/_connection\.py:\d+:",
         ),
+        (
+            ("--op", "get", "--subject", "bare-trio", "--lines"),
+            "bare-trio: {} per get",
+            r"benchmarks/trio_floor\.py:\d+:handle@\d+$",
+        ),
     ],
 )
 def test_bytecode_counts_come_from_the_measured_requests_only(
