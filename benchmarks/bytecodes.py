@@ -189,22 +189,13 @@ def count_http(subject: str, op: str, n: int) -> dict[str, tuple[float, float]]:
     on 16 keep-alive connections."""
     from . import http_peers
 
-    script = http_peers.SERVER_SCRIPT if subject == "trio-mcp" else http_peers.FLOOR_SCRIPT
-    args = ["--http", "127.0.0.1:0"] if subject == "trio-mcp" else []
     sizes = dataclasses.replace(http_peers.Sizes(), n=n, warmup=WARMUP)
     with tempfile.TemporaryDirectory(prefix="bench-bytecodes-") as directory:
         out = Path(directory) / "counts.json"
-        child = http_peers.Child(
-            [sys.executable, str(Path(__file__).resolve()), str(script), *args],
-            "http-port",
-            {"BYTECODES_OUT": str(out), "BENCH_JSON_RESPONSE": "1"},
-        )
-        peer_class = http_peers.Peer if subject == "trio-mcp" else http_peers.FloorPeer
-        peer = peer_class(subject, child, sizes)
+        wrap = [sys.executable, str(Path(__file__).resolve())]
+        peer = http_peers.measured_peer(subject, op, wrap, {"BYTECODES_OUT": str(out)}, sizes, WARMUP)
+        child = peer.child
         try:
-            peer.setup((op,))
-            if op == "result":
-                peer.timed("create", WARMUP)  # finished tasks whose results are asked for
             for _ in range(2):
                 peer.timed(op, WARMUP)
             peer.prepare(op, n)  # the tasks to cancel, made before counting

@@ -308,8 +308,13 @@ class Peer:
         return done
 
     def close(self) -> None:
+        self.end_session()
+        self.child.close()
+
+    def end_session(self) -> None:
+        """DELETE the 2025-11-25 session, if there is one: its tasks go with it."""
         if self.session_id is not None and self.child.process.poll() is None:
-            try:  # the session's tasks go with it
+            try:
                 request = encode_request(self.port, b"", self.classic_headers())
                 request = request.replace(b"POST ", b"DELETE ", 1)
                 import socket
@@ -319,7 +324,6 @@ class Peer:
                     sock.recv(4096)
             except OSError:
                 pass
-        self.child.close()
 
 
 class TsPeer(Peer):
@@ -340,6 +344,26 @@ class FloorPeer(Peer):
 
     def prepare(self, op: str, count: int) -> None:
         self.fresh = [f"floor-{i}" for i in range(count)]
+
+
+def measured_peer(
+    subject: str, op: str, wrap: Sequence[str], env: dict[str, str], sizes: Sizes, results: int
+) -> Peer:
+    """A ``trio-mcp`` (``server.py --http``) or ``floor`` peer for a tool that measures its
+    server process, answering ``application/json``: its command behind ``wrap`` (a tracer,
+    valgrind: ending with the Python to run the script), set up for ``op`` (with ``results``
+    finished tasks to ask for, for ``result``)."""
+    script, args = (SERVER_SCRIPT, ["--http", "127.0.0.1:0"]) if subject == "trio-mcp" else (FLOOR_SCRIPT, [])
+    child = Child([*wrap, str(script), *args], "http-port", {"BENCH_JSON_RESPONSE": "1", **env})
+    peer = (Peer if subject == "trio-mcp" else FloorPeer)(subject, child, sizes)
+    try:
+        peer.setup((op,))
+        if op == "result":
+            peer.timed("create", results)  # finished tasks whose results are asked for
+    except BaseException:
+        peer.close()
+        raise
+    return peer
 
 
 def trio_mcp_env(sizes: Sizes) -> dict[str, str]:

@@ -99,26 +99,17 @@ def http_run_once(
     ``result`` asks for made for ``prepared`` of them): its whole-process counters."""
     from . import http_peers
 
-    script = http_peers.SERVER_SCRIPT if subject == "trio-mcp" else http_peers.FLOOR_SCRIPT
-    args = ["--http", "127.0.0.1:0"] if subject == "trio-mcp" else []
-    env = {"BENCH_JSON_RESPONSE": "1"}
-    if source is not None and subject == "trio-mcp":
-        env["PYTHONPATH"] = os.path.abspath(source)
+    env = {"PYTHONPATH": os.path.abspath(source)} if source is not None and subject == "trio-mcp" else {}
     sizes = dataclasses.replace(http_peers.Sizes(), n=prepared, warmup=HTTP_WARMUP)
     with tempfile.TemporaryDirectory(prefix="bench-cachegrind-") as directory:
         log = Path(directory) / "cachegrind.log"
-        child = http_peers.Child(
-            [*_cachegrind(log, cache), sys.executable, str(script), *args], "http-port", env
-        )
-        peer_class = http_peers.Peer if subject == "trio-mcp" else http_peers.FloorPeer
-        peer = peer_class(subject, child, sizes)
+        wrap = [*_cachegrind(log, cache), sys.executable]
+        peer = http_peers.measured_peer(subject, op, wrap, env, sizes, prepared)
+        child = peer.child
         try:
-            peer.setup((op,))
-            if op == "result":
-                peer.timed("create", prepared)  # finished tasks whose results are asked for
             peer.timed(op, HTTP_WARMUP)
             peer.run(peer.requests(op, n), sizes.connections)
-            peer.close()
+            peer.end_session()
             assert child.process.stdin is not None
             child.process.stdin.close()  # the server exits; valgrind writes its summary
             with contextlib.suppress(subprocess.TimeoutExpired):
